@@ -1,0 +1,67 @@
+# runbus developer tasks. `make` (or `make help`) lists them.
+
+.DEFAULT_GOAL := help
+SHELL := /bin/sh
+
+PYTHON ?= python3
+# uv from PATH, else as a module of $(PYTHON) (where `pip install --user uv` puts it when
+# ~/.local/bin is not on PATH). Recursive on purpose: re-evaluated after `make uv` installs it.
+UV ?= $(or $(shell command -v uv 2>/dev/null),$(shell $(PYTHON) -m uv --version >/dev/null 2>&1 && echo "$(PYTHON) -m uv"))
+UV_RUN = $(UV) run --locked
+COMPOSE ?= docker compose
+
+.PHONY: help
+help: ## Show this list of targets
+	@echo "Usage: make <target>"
+	@echo
+	@awk 'BEGIN { FS = ":.*## " } /^[a-zA-Z0-9_.-]+:.*## / { printf "  %-8s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
+
+.PHONY: uv
+uv: ## Install uv with pip if it is not there yet
+	@if [ -z "$(UV)" ]; then \
+		echo "uv not found; installing it with pip"; \
+		$(PYTHON) -m pip install --user uv || $(PYTHON) -m pip install uv; \
+	fi
+
+.PHONY: setup
+setup: uv ## Create .venv with every package and dev tool, exactly as uv.lock says
+	$(if $(UV),,$(error uv is still not available after `make uv`; install it and retry))
+	$(UV) sync --locked
+
+.PHONY: run
+run: setup ## Run the demo: embedded NATS and the six services, one short conversation
+	$(UV_RUN) runbus demo
+
+.PHONY: test
+test: setup ## Run the test suite
+	$(UV_RUN) pytest
+
+.PHONY: lint
+lint: setup ## Ruff (lint and format check), mypy --strict, codespell
+	$(UV_RUN) ruff check .
+	$(UV_RUN) ruff format --check .
+	$(UV_RUN) mypy shared/src services/*/src
+	$(UV_RUN) codespell
+
+.PHONY: fmt
+fmt: setup ## Format the code and apply ruff's safe fixes
+	$(UV_RUN) ruff format .
+	$(UV_RUN) ruff check --fix .
+
+.PHONY: bench
+bench: setup ## Run the benchmarks
+	$(UV_RUN) python bench/run.py
+
+.PHONY: up
+up: ## Build the image and start the full stack with docker compose
+	$(COMPOSE) up -d --build
+
+.PHONY: down
+down: ## Stop the docker compose stack
+	$(COMPOSE) down
+
+.PHONY: clean
+clean: ## Remove caches, build output and local runbus state (.runbus/); keeps .venv
+	rm -rf .pytest_cache .mypy_cache .ruff_cache .runbus build dist
+	find . -path ./.venv -prune -o -type d -name __pycache__ -exec rm -rf {} +
+	find . -path ./.venv -prune -o -type d -name '*.egg-info' -exec rm -rf {} +

@@ -1,0 +1,1 @@
+"""runbus compaction service: decides how much of the history the model still sees."""

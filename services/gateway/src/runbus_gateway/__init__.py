@@ -1,0 +1,1 @@
+"""runbus gateway: owns the run — authentication, the tool loop, events, checkpoints."""

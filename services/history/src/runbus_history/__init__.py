@@ -1,0 +1,1 @@
+"""runbus history service: chat history per session, stored on JetStream."""

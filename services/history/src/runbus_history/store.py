@@ -1,0 +1,81 @@
+"""The JetStream side of history: one stream, one subject per tenant and session."""
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Final
+
+import nats.errors
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.js.api import StorageType, StreamConfig
+from nats.js.errors import BadRequestError
+
+from runbus import subjects
+
+DUPLICATE_WINDOW: Final = 120.0
+DIRECT_GET_BATCH: Final = 256
+
+
+async def ensure_stream(nc: NATS, *, replicas: int = 1) -> None:
+    js = nc.jetstream()
+    config = StreamConfig(
+        name=subjects.HISTORY_STREAM,
+        subjects=[subjects.HISTORY_LOG_ALL],
+        storage=StorageType.FILE,
+        duplicate_window=DUPLICATE_WINDOW,
+        allow_direct=True,
+        num_replicas=replicas,
+    )
+    try:
+        await js.add_stream(config)
+    except BadRequestError:
+        await js.update_stream(config)
+
+
+async def append(nc: NATS, subject: str, data: bytes, msg_id: str) -> bool:
+    """Store one batch; False if JetStream had it already (a retried append)."""
+    ack = await nc.jetstream().publish(subject, data, headers={"Nats-Msg-Id": msg_id})
+    return not ack.duplicate
+
+
+async def read_subject(nc: NATS, subject: str, timeout: float) -> AsyncIterator[bytes]:
+    """Every message stored on `subject`, oldest first, by batched direct gets.
+
+    One request returns up to DIRECT_GET_BATCH messages followed by an end-of-batch status,
+    so a session loads in one round trip per batch instead of a consumer per load.
+    """
+    api = f"$JS.API.DIRECT.GET.{subjects.HISTORY_STREAM}"
+    next_seq = 1
+    while True:
+        inbox = nc.new_inbox()
+        queue: asyncio.Queue[Msg] = asyncio.Queue()
+
+        async def collect(msg: Msg, queue: asyncio.Queue[Msg] = queue) -> None:
+            queue.put_nowait(msg)
+
+        sub = await nc.subscribe(inbox, cb=collect)
+        try:
+            request = {"seq": next_seq, "next_by_subj": subject, "batch": DIRECT_GET_BATCH}
+            await nc.publish(api, json.dumps(request).encode(), reply=inbox)
+            pending = 0
+            while True:
+                try:
+                    msg = await asyncio.wait_for(queue.get(), timeout)
+                except TimeoutError:
+                    raise nats.errors.TimeoutError from None
+                headers = msg.headers or {}
+                status = headers.get("Status")
+                if status == "404":
+                    return
+                if status == "204":
+                    break
+                if status:
+                    raise RuntimeError(f"direct get failed: {status} {headers.get('Description')}")
+                yield msg.data
+                next_seq = int(headers["Nats-Sequence"]) + 1
+                pending = int(headers.get("Nats-Num-Pending", "0"))
+        finally:
+            await sub.unsubscribe()
+        if pending == 0:
+            return

@@ -1,0 +1,1 @@
+"""runbus memory service: long-term semantic memory in Qdrant, storage scope vs search scope."""

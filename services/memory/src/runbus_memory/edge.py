@@ -1,0 +1,149 @@
+"""The embedded store: one qdrant-edge shard in a local directory, the default when no Qdrant
+server is configured. Same payload, ids and scope filters as the qdrant-client adapter."""
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Final
+
+from qdrant_edge import (
+    Distance,
+    EdgeConfig,
+    EdgeShard,
+    EdgeVectorParams,
+    FieldCondition,
+    Filter,
+    KeywordIndexParams,
+    MatchValue,
+    PayloadSchemaType,
+    Point,
+    Query,
+    QueryRequest,
+    UpdateOperation,
+)
+
+from .core import MemoryRecord
+from .errors import VectorSizeMismatch
+from .stores import KEYWORD_FIELDS
+
+# The shard writes its config here on create; reading it lets a size mismatch be named before
+# the engine refuses the load with an untyped `Exception`.
+CONFIG_FILE: Final = "edge_config.json"
+# The unnamed vector: `EdgeVectorParams` alone configures it, `Point(vector=[...])` and
+# `Query.Nearest(...)` without `using` address it.
+VECTOR: Final = ""
+
+
+class EdgeStore:
+    """A qdrant-edge shard on disk with keyword indexes on the scope fields.
+
+    The engine is synchronous, so every call runs in a worker thread. It also holds the GIL
+    while it works, so the loop still pauses for the call itself: ~0.1-0.3 ms per filtered
+    search, a few ms per flushed write, cheap at memory's rates. Writes are serialised so an
+    upsert and its flush never interleave with another write or with `close`.
+    """
+
+    def __init__(
+        self, shard: EdgeShard, dimension: int, path: Path, *, flush_interval: float = 1.0
+    ) -> None:
+        self.shard = shard
+        self.dimension = dimension
+        self.path = path
+        self.flush_interval = flush_interval
+        self._write_lock = asyncio.Lock()
+        self._flush_task: asyncio.Task[None] | None = None
+        self._closed = False
+
+    @classmethod
+    async def open(cls, path: Path, dimension: int, *, flush_interval: float = 1.0) -> "EdgeStore":
+        """Open the shard at `path`, creating it (and the directory) if there is none yet.
+
+        `flush_interval`: seconds an upsert may wait for its fsync; 0 flushes every write.
+        """
+        shard = await asyncio.to_thread(_open_shard, path, dimension)
+        return cls(shard, dimension, path, flush_interval=flush_interval)
+
+    async def upsert(self, records: list[MemoryRecord], vectors: list[list[float]]) -> None:
+        points = [Point(r.memory_id, v, r.payload()) for r, v in zip(records, vectors, strict=True)]
+        async with self._write_lock:
+            await asyncio.to_thread(self.shard.update, UpdateOperation.upsert_points(points))
+            if self.flush_interval <= 0:
+                await asyncio.to_thread(self.shard.flush)
+                return
+        # The shard's WAL already survives a process crash; the flush (an fsync, 3-10 ms here,
+        # holding the GIL) is what survives an OS crash. Coalescing flushes keeps that cost off
+        # every run's critical path and bounds what an OS crash can lose to `flush_interval`.
+        if self._flush_task is None or self._flush_task.done():
+            self._flush_task = asyncio.create_task(self._flush_later())
+
+    async def _flush_later(self) -> None:
+        await asyncio.sleep(self.flush_interval)
+        async with self._write_lock:
+            await asyncio.to_thread(self.shard.flush)
+
+    async def search(
+        self, vector: list[float], match: dict[str, str], limit: int
+    ) -> list[tuple[MemoryRecord, float]]:
+        request = QueryRequest(
+            limit=limit,
+            query=Query.Nearest(vector),
+            filter=Filter(
+                must=[FieldCondition(key, match=MatchValue(value)) for key, value in match.items()]
+            ),
+            with_payload=True,
+        )
+        found = await asyncio.to_thread(self.shard.query, request)
+        return [(MemoryRecord.from_payload(str(p.id), p.payload or {}), p.score) for p in found]
+
+    async def close(self) -> None:
+        if self._flush_task is not None and not self._flush_task.done():
+            self._flush_task.cancel()
+        async with self._write_lock:
+            if self._closed:
+                return
+            self._closed = True
+            await asyncio.to_thread(self.shard.flush)
+            await asyncio.to_thread(self.shard.close)
+
+
+def _open_shard(path: Path, dimension: int) -> EdgeShard:
+    config = EdgeConfig(vectors=EdgeVectorParams(size=dimension, distance=Distance.Cosine))
+    if (path / CONFIG_FILE).exists():
+        existing = _persisted_size(path)
+        if existing is not None and existing != dimension:
+            raise VectorSizeMismatch(str(path), existing, dimension)
+        # Passing the config makes the engine check it against the segments on disk too.
+        shard = EdgeShard.load(str(path), config)
+    else:
+        path.mkdir(parents=True, exist_ok=True)
+        shard = EdgeShard.create(str(path), config)
+    try:
+        _ensure_indexes(shard)
+    except Exception:
+        # Release the WAL lock, or the next open in this process fails on it.
+        shard.close()
+        raise
+    return shard
+
+
+def _persisted_size(path: Path) -> int | None:
+    """Vector size the shard was created with, or None when the file does not say."""
+    try:
+        persisted = json.loads((path / CONFIG_FILE).read_text())
+        size = persisted["vectors"][VECTOR]["size"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return size if isinstance(size, int) else None
+
+
+def _ensure_indexes(shard: EdgeShard) -> None:
+    """Keyword indexes on every scope field, so a filtered search reads an index instead of
+    checking payloads point by point; `tenant` is the partition key."""
+    indexed = shard.info().payload_schema
+    if "tenant" not in indexed:
+        shard.update(
+            UpdateOperation.create_field_index("tenant", KeywordIndexParams(is_tenant=True))
+        )
+    for field in KEYWORD_FIELDS:
+        if field not in indexed:
+            shard.update(UpdateOperation.create_field_index(field, PayloadSchemaType.Keyword))

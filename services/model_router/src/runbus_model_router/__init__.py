@@ -1,0 +1,1 @@
+"""runbus model router: the one service that talks to model backends."""

@@ -1,0 +1,176 @@
+"""The base of every request/reply service: `nats.micro` endpoints in a queue group named after
+the service, a span and log context per request, and typed error replies that keep it serving.
+"""
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import msgspec
+import structlog
+from nats.aio.client import Client as NATS
+from nats.micro import add_service
+from nats.micro.request import Request
+from nats.micro.service import Service as MicroService
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, Status, StatusCode, TracerProvider
+
+from . import __version__
+from . import headers as h
+from .bus import Bus
+from .errors import BadRequest, DeadlineExceeded, InternalError, RunbusError
+from .messages import ErrorReply, encode
+from .telemetry import extract, messaging_attributes
+
+Handler = Callable[[h.RunContext, Any], Awaitable[msgspec.Struct]]
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One request/reply endpoint: where it listens, how its body decodes, who handles it."""
+
+    name: str
+    """Endpoint name shown by `nats micro info` (letters, digits, `-`, `_`)."""
+    subject: str
+    """Subject it answers on."""
+    decoder: msgspec.json.Decoder[Any]
+    """Decoder of the request body."""
+    handler: Handler
+    """Thin handler: (run context, decoded body) → reply Struct."""
+    span_subject: str | None = None
+    """Template for the span name when `subject` carries a name or an id."""
+
+
+def as_runbus_error(exc: BaseException) -> RunbusError:
+    """The typed error a failure becomes at a handler boundary."""
+    match exc:
+        case RunbusError():
+            return exc
+        case msgspec.ValidationError():
+            return BadRequest(f"invalid request body: {exc}")
+        case msgspec.DecodeError():
+            return BadRequest(f"request body is not valid JSON: {exc}")
+        case TimeoutError():
+            return DeadlineExceeded("the run's deadline passed while handling the request")
+        case _:
+            return InternalError(f"internal error ({type(exc).__name__}); see the service log")
+
+
+class Service:
+    """Base of the six services. Subclasses set `name` and return their `endpoints()`."""
+
+    name: ClassVar[str]
+    description: ClassVar[str] = ""
+
+    def __init__(
+        self,
+        nc: NATS,
+        *,
+        tracer_provider: TracerProvider | None = None,
+        max_concurrency: int = 256,
+        request_timeout: float = 30.0,
+    ) -> None:
+        provider = tracer_provider or trace.get_tracer_provider()
+        self.nc = nc
+        self.tracer = provider.get_tracer(f"runbus.{self.name}", __version__)
+        self.bus = Bus(nc, self.tracer, request_timeout=request_timeout)
+        self.log = structlog.get_logger().bind(service=self.name)
+        self._slots = asyncio.Semaphore(max_concurrency)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._micro: MicroService | None = None
+
+    def endpoints(self) -> list[Endpoint]:
+        return []
+
+    async def on_start(self) -> None:
+        """Open stores, create streams: runs before the first endpoint listens."""
+
+    async def on_stop(self) -> None:
+        """Close what `on_start` opened: runs after the last request finished."""
+
+    async def start(self) -> None:
+        await self.on_start()
+        self._micro = await add_service(
+            self.nc,
+            name=self.name,
+            version=__version__,
+            description=self.description,
+            queue_group=self.name,
+        )
+        for endpoint in self.endpoints():
+            await self._micro.add_endpoint(
+                name=endpoint.name, subject=endpoint.subject, handler=self._dispatcher(endpoint)
+            )
+        self.log.info("service_started", endpoints=[e.subject for e in self.endpoints()])
+
+    async def stop(self) -> None:
+        """Stop listening, let in-flight requests finish, then close."""
+        if self._micro is not None:
+            await self._micro.stop()
+            self._micro = None
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.on_stop()
+        self.log.info("service_stopped")
+
+    def spawn(self, coro: Awaitable[None]) -> asyncio.Task[None]:
+        """Run `coro` in the background, keeping a reference until it is done."""
+        task: asyncio.Task[None] = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def _dispatcher(self, endpoint: Endpoint) -> Callable[[Request], Awaitable[None]]:
+        # nats-py runs one subscription's callbacks one after another; a task per request
+        # lets a slow request not block the next, and the semaphore bounds how many run.
+        async def dispatch(request: Request) -> None:
+            await self._slots.acquire()
+            task = self.spawn(self._serve(endpoint, request))
+            task.add_done_callback(lambda _: self._slots.release())
+
+        return dispatch
+
+    async def _serve(self, endpoint: Endpoint, request: Request) -> None:
+        headers = request.headers or {}
+        ctx = h.RunContext.from_headers(headers)
+        with (
+            self.tracer.start_as_current_span(
+                f"process {endpoint.span_subject or endpoint.subject}",
+                context=extract(headers),
+                kind=SpanKind.SERVER,
+                attributes=messaging_attributes(
+                    request.subject, "process", message_size=len(request.data)
+                ),
+                record_exception=False,
+                set_status_on_exception=False,
+            ) as span,
+            structlog.contextvars.bound_contextvars(run_id=ctx.run_id),
+        ):
+            try:
+                body = endpoint.decoder.decode(request.data)
+                left = ctx.time_left()
+                if left is not None and left <= 0:
+                    raise DeadlineExceeded("the run's deadline passed before the request arrived")
+                async with asyncio.timeout(left):
+                    reply = await endpoint.handler(ctx, body)
+                data, reply_headers = encode(reply), None
+            except Exception as exc:
+                error = as_runbus_error(exc)
+                span.set_status(Status(StatusCode.ERROR, error.message))
+                span.set_attribute("error.type", error.code)
+                if isinstance(error, InternalError):
+                    self.log.exception("request_failed", subject=request.subject)
+                else:
+                    self.log.info(
+                        "request_rejected",
+                        subject=request.subject,
+                        code=error.code,
+                        reason=error.message,
+                    )
+                data = encode(ErrorReply(error=error.to_info()))
+                reply_headers = {h.ERROR: error.code}
+            try:
+                await request.respond(data, headers=reply_headers)
+            except ValueError:
+                self.log.info("request_without_reply_subject", subject=request.subject)

