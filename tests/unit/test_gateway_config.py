@@ -44,14 +44,14 @@ def test_agents_are_loaded_from_a_folder_by_name_with_defaults(tmp_path: Path) -
 def test_an_agent_file_that_is_not_toml_is_refused_naming_the_file(tmp_path: Path) -> None:
     (tmp_path / "broken.toml").write_text("name = \n")
 
-    with pytest.raises(GatewayConfigError, match="broken.toml"):
+    with pytest.raises(GatewayConfigError, match=r"broken\.toml"):
         load_agents(tmp_path)
 
 
 def test_an_agent_file_with_an_unknown_key_is_refused_naming_file_and_key(tmp_path: Path) -> None:
     (tmp_path / "typo.toml").write_text(AGENT.format(name="typo") + "max_iteration = 3\n")
 
-    with pytest.raises(GatewayConfigError, match="typo.toml") as raised:
+    with pytest.raises(GatewayConfigError, match=r"typo\.toml") as raised:
         load_agents(tmp_path)
 
     assert "max_iteration" in str(raised.value)
@@ -68,7 +68,7 @@ def test_an_unknown_key_in_a_nested_policy_is_refused(tmp_path: Path) -> None:
 def test_an_agent_name_unsafe_in_a_subject_is_refused(tmp_path: Path, name: str) -> None:
     (tmp_path / "bad.toml").write_text(AGENT.format(name=name))
 
-    with pytest.raises(GatewayConfigError, match="bad.toml"):
+    with pytest.raises(GatewayConfigError, match=r"bad\.toml"):
         load_agents(tmp_path)
 
 
@@ -124,5 +124,5 @@ def test_a_token_file_with_an_unsafe_tenant_is_refused_naming_the_file(
     path = tmp_path / "tokens.toml"
     path.write_text(f'[tokens.t1]\nuser_id = "dana"\ntenant = "{tenant}"\n')
 
-    with pytest.raises(GatewayConfigError, match="tokens.toml"):
+    with pytest.raises(GatewayConfigError, match=r"tokens\.toml"):
         TokenVerifier.from_file(path)

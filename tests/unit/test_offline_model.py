@@ -34,9 +34,7 @@ def user(text: str) -> ChatMessage:
 
 
 def remembered(text: str) -> ChatMessage:
-    return ChatMessage(
-        role="system", contents=[TextContent(text=text)], source="context_provider"
-    )
+    return ChatMessage(role="system", contents=[TextContent(text=text)], source="context_provider")
 
 
 async def ask(

@@ -54,9 +54,7 @@ def test_a_run_without_deltas_prints_the_completed_text() -> None:
 
 
 def test_tool_calls_and_results_are_shown_as_arrows() -> None:
-    output = rendered(
-        RunToolCall(run_id=RUN, call=CALL), RunToolResult(run_id=RUN, result=RESULT)
-    )
+    output = rendered(RunToolCall(run_id=RUN, call=CALL), RunToolResult(run_id=RUN, result=RESULT))
 
     assert output == (
         '  → get_weather {"city": "Sydney"}\n  ← {"city": "Sydney", "temperature_c": 21}\n'

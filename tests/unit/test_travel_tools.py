@@ -90,11 +90,11 @@ async def test_a_booking_confirmation_is_stable_for_the_same_run_and_flight() ->
     other_run = RunContext(run_id="r-2", props=ALICE.props)
 
     first = await call("create_booking", arguments)
+    again = await call("create_booking", arguments)
+    elsewhere = await call("create_booking", arguments, other_run)
 
-    assert first["confirmation"] == (await call("create_booking", arguments))["confirmation"]
-    assert first["confirmation"] != (await call("create_booking", arguments, other_run))[
-        "confirmation"
-    ]
+    assert first["confirmation"] == again["confirmation"]
+    assert first["confirmation"] != elsewhere["confirmation"]
     assert re.fullmatch(r"RB-[0-9A-F]{6}", first["confirmation"])
     assert first["seat"] == "any"
 

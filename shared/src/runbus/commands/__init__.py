@@ -1,0 +1,5 @@
+"""`runbus` subcommands, one module each. A module exposes `register(subparsers)`, which adds
+its parser(s) and sets `handler` (an async function of settings and args returning an exit
+code) as a default. `runbus.cli` registers every module in `MODULES`."""
+
+MODULES = ("up", "serve", "run", "demo")

@@ -1,0 +1,556 @@
+"""The run without a bus: context assembly, the tool loop, checkpoints and the memory policy.
+
+`RecordingPorts` stands in for the other services and records every hop the run makes.
+"""
+
+import asyncio
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from runbus.errors import ModelError, Unavailable
+from runbus.headers import RunContext
+from runbus.messages import (
+    ChatMessage,
+    FunctionCallContent,
+    FunctionResultContent,
+    MemoryHit,
+    ModelResponse,
+    RunEvent,
+    RunRequest,
+    RunStarted,
+    RunToolCall,
+    RunToolResult,
+    TextContent,
+    ToolSpec,
+    Usage,
+)
+from runbus.messages.memory import SearchScope
+from runbus_gateway.agents import AgentSpec, CompactionPolicy, MemoryPolicy
+from runbus_gateway.errors import MaxIterationsExceeded
+from runbus_gateway.loop import RunPorts, execute_run
+
+RUN_ID = "r-1"
+CTX = RunContext(
+    run_id=RUN_ID,
+    session_id="s1",
+    agent="travel",
+    props={"user_id": "alice", "tenant": "acme", "request_id": RUN_ID},
+)
+AGENT = AgentSpec(
+    name="travel",
+    instructions="\n  You are a travel assistant.\n",
+    model="scripted/travel",
+    tools=["get_weather", "search_flights"],
+    max_iterations=4,
+    memory=MemoryPolicy(enabled=True, search_scope="user", limit=3, store_user_statements=True),
+    compaction=CompactionPolicy(max_tokens=500),
+)
+SPECS = [
+    ToolSpec(name=name, description=name, parameters={"type": "object"}) for name in AGENT.tools
+]
+
+
+def user(text: str, **kw: Any) -> ChatMessage:
+    return ChatMessage(role="user", contents=[TextContent(text=text)], **kw)
+
+
+def said(text: str) -> ChatMessage:
+    return ChatMessage(role="assistant", contents=[TextContent(text=text)], message_id="step-0")
+
+
+def asks(*calls: tuple[str, dict[str, Any]]) -> ChatMessage:
+    return ChatMessage(
+        role="assistant",
+        contents=[
+            FunctionCallContent(call_id=f"c{i}", name=name, arguments=arguments)
+            for i, (name, arguments) in enumerate(calls)
+        ],
+        message_id="step-0",
+    )
+
+
+def weather(city: str = "Sydney") -> ChatMessage:
+    return asks(("get_weather", {"city": city}))
+
+
+def loaded(message_id: str, text: str) -> ChatMessage:
+    return ChatMessage(
+        role="user",
+        contents=[TextContent(text=text)],
+        message_id=message_id,
+        source="chat_history",
+    )
+
+
+def request(*texts: str) -> RunRequest:
+    return RunRequest(
+        run_id=RUN_ID, agent="travel", session_id="s1", input=[user(t) for t in texts]
+    )
+
+
+class RecordingPorts:
+    """A `RunPorts` that answers from a script and records every hop, in order."""
+
+    def __init__(
+        self,
+        replies: Iterable[ChatMessage | Exception],
+        *,
+        history: list[ChatMessage] | None = None,
+        hits: list[MemoryHit] | None = None,
+        compactor: Callable[[list[ChatMessage]], list[ChatMessage]] | None = None,
+        tool: Callable[[FunctionCallContent], Any] | None = None,
+        append_delay: float = 0.0,
+        append_error: Exception | None = None,
+    ) -> None:
+        self.replies = iter(replies)
+        self.history = history or []
+        self.hits = hits or []
+        self.compactor = compactor or list
+        self.tool = tool
+        self.append_delay = append_delay
+        self.append_error = append_error
+        self.hops: list[str] = []
+        self.events: list[RunEvent] = []
+        self.searches: list[tuple[str, SearchScope, int]] = []
+        self.listed: list[list[str]] = []
+        self.budgets: list[int | None] = []
+        self.prompts: list[list[ChatMessage]] = []
+        self.offered: list[list[ToolSpec]] = []
+        self.reply_ids: list[str] = []
+        self.invoked: list[FunctionCallContent] = []
+        self.appended: list[ChatMessage] = []
+        self.stored: list[list[str]] = []
+
+    async def load_history(self, ctx: RunContext) -> list[ChatMessage]:
+        self.hops.append("load_history")
+        return list(self.history)
+
+    async def search_memory(
+        self, ctx: RunContext, query: str, scope: SearchScope, limit: int
+    ) -> list[MemoryHit]:
+        self.hops.append("search_memory")
+        self.searches.append((query, scope, limit))
+        return list(self.hits)
+
+    async def list_tools(self, ctx: RunContext, names: list[str]) -> list[ToolSpec]:
+        self.hops.append("list_tools")
+        self.listed.append(list(names))
+        return [s for s in SPECS if s.name in names]
+
+    async def compact(
+        self, ctx: RunContext, messages: list[ChatMessage], max_tokens: int | None
+    ) -> list[ChatMessage]:
+        self.hops.append("compact")
+        self.budgets.append(max_tokens)
+        return self.compactor(list(messages))
+
+    async def complete(
+        self,
+        ctx: RunContext,
+        route: str,
+        messages: list[ChatMessage],
+        tools: list[ToolSpec],
+        message_id: str,
+    ) -> ModelResponse:
+        self.hops.append("complete")
+        assert route == AGENT.model
+        self.prompts.append(list(messages))
+        self.offered.append(list(tools))
+        self.reply_ids.append(message_id)
+        reply = next(self.replies)
+        if isinstance(reply, Exception):
+            raise reply
+        return ModelResponse(
+            message=reply,
+            model="scripted/travel",
+            finish_reason="tool_calls" if reply.function_calls else "stop",
+            usage=Usage(input_tokens=100, output_tokens=10),
+        )
+
+    async def invoke_tool(
+        self, ctx: RunContext, call: FunctionCallContent
+    ) -> FunctionResultContent:
+        self.hops.append(f"invoke_tool:{call.name}")
+        self.invoked.append(call)
+        if self.tool is not None:
+            result = self.tool(call)
+            if asyncio.iscoroutine(result):
+                result = await result
+            return FunctionResultContent(call_id=call.call_id, result=result)
+        return FunctionResultContent(call_id=call.call_id, result={"tool": call.name})
+
+    async def append_history(self, ctx: RunContext, messages: list[ChatMessage]) -> None:
+        self.hops.append("append_history")
+        await asyncio.sleep(self.append_delay)
+        if self.append_error is not None:
+            raise self.append_error
+        self.appended.extend(messages)
+
+    async def store_memory(self, ctx: RunContext, texts: list[str]) -> None:
+        self.hops.append("store_memory")
+        self.stored.append(list(texts))
+
+    async def emit(self, ctx: RunContext, event: RunEvent) -> None:
+        self.hops.append(f"emit:{event.__struct_config__.tag}")
+        self.events.append(event)
+
+
+async def run(
+    ports: RecordingPorts, req: RunRequest | None = None, agent: AgentSpec = AGENT
+) -> Any:
+    checked: RunPorts = ports
+    return await execute_run(req or request("Weather in Sydney?"), agent, CTX, checked)
+
+
+def ids(messages: list[ChatMessage]) -> list[str]:
+    return [m.message_id for m in messages]
+
+
+HIT = MemoryHit(
+    memory_id="m-1",
+    text="I prefer a window seat.",
+    score=0.9,
+    session_id="s0",
+    created_at=datetime(2026, 2, 28, tzinfo=UTC),
+)
+
+
+async def test_the_run_announces_that_it_started_before_any_other_hop() -> None:
+    ports = RecordingPorts([said("Hello.")])
+
+    await run(ports)
+
+    assert ports.hops[0] == "emit:run.started"
+    assert ports.events[0] == RunStarted(run_id=RUN_ID, session_id="s1", agent="travel")
+
+
+async def test_the_model_sees_instructions_then_memories_then_history_then_the_input() -> None:
+    history = [loaded("h-1", "Hi, I'm Alice."), loaded("h-2", "I live in Melbourne.")]
+    ports = RecordingPorts([said("Hello.")], history=history, hits=[HIT])
+
+    await run(ports)
+
+    prompt = ports.prompts[0]
+    assert ids(prompt) == ["instructions", "memory", "h-1", "h-2", f"{RUN_ID}-in-0"]
+    assert prompt[0].role == "system"
+    assert prompt[0].text == "You are a travel assistant."
+    assert prompt[1].role == "system"
+    assert "I prefer a window seat." in prompt[1].text
+    assert [m.source for m in prompt] == [
+        "context_provider",
+        "context_provider",
+        "chat_history",
+        "chat_history",
+        "external",
+    ]
+    assert prompt[-1].text == "Weather in Sydney?"
+
+
+async def test_memory_is_searched_with_the_last_input_in_the_agents_scope_and_limit() -> None:
+    ports = RecordingPorts([said("Hello.")])
+
+    await run(ports, request("I fly often.", "Book me a flight to Sydney"))
+
+    assert ports.searches == [("Book me a flight to Sydney", "user", 3)]
+
+
+async def test_memory_is_not_searched_when_the_agent_does_not_use_it() -> None:
+    agent = AgentSpec(name="travel", instructions="Help.", model=AGENT.model, tools=AGENT.tools)
+    ports = RecordingPorts([said("Hello.")], hits=[HIT])
+
+    await run(ports, agent=agent)
+
+    assert "search_memory" not in ports.hops
+    assert "memory" not in ids(ports.prompts[0])
+
+
+async def test_no_memory_message_is_added_when_nothing_is_recalled() -> None:
+    ports = RecordingPorts([said("Hello.")], hits=[])
+
+    await run(ports)
+
+    assert ids(ports.prompts[0]) == ["instructions", f"{RUN_ID}-in-0"]
+
+
+async def test_the_model_is_offered_exactly_the_agents_tools() -> None:
+    ports = RecordingPorts([said("Hello.")])
+
+    await run(ports)
+
+    assert ports.listed == [AGENT.tools]
+    assert ports.offered == [SPECS]
+
+
+async def test_input_messages_get_ids_derived_from_the_run_id() -> None:
+    ports = RecordingPorts([said("Hello.")])
+    req = RunRequest(
+        run_id=RUN_ID,
+        agent="travel",
+        session_id="s1",
+        input=[user("First."), user("Second.", message_id="client-7"), user("Third?")],
+    )
+
+    await run(ports, req)
+
+    assert ids(ports.prompts[0])[-3:] == [f"{RUN_ID}-in-0", "client-7", f"{RUN_ID}-in-2"]
+    assert all(m.created_at is not None for m in ports.prompts[0][-3:])
+
+
+async def test_a_redelivered_run_gives_its_inputs_the_same_ids_again() -> None:
+    first, second = RecordingPorts([said("Hello.")]), RecordingPorts([said("Hello.")])
+
+    await run(first)
+    await run(second)
+
+    assert ids(first.appended) == ids(second.appended)
+
+
+async def test_every_new_message_is_saved_in_order_and_loaded_context_never() -> None:
+    history = [loaded("h-1", "Earlier question")]
+    ports = RecordingPorts([weather(), said("Sunny.")], history=history, hits=[HIT])
+
+    await run(ports)
+
+    assert ids(ports.appended) == [
+        f"{RUN_ID}-in-0",
+        f"{RUN_ID}-m0",
+        f"{RUN_ID}-t0",
+        f"{RUN_ID}-m1",
+    ]
+    assert {m.source for m in ports.appended} == {"external"}
+
+
+async def test_an_input_the_caller_stamps_as_history_is_still_saved() -> None:
+    ports = RecordingPorts([said("Hello.")])
+    req = RunRequest(
+        run_id=RUN_ID,
+        agent="travel",
+        session_id="s1",
+        input=[user("Sneaky.", source="chat_history")],
+    )
+
+    await run(ports, req)
+
+    assert ids(ports.appended)[0] == f"{RUN_ID}-in-0"
+    assert ports.appended[0].source == "external"
+
+
+async def test_the_model_sees_the_compacted_view_with_the_agents_token_budget() -> None:
+    ports = RecordingPorts([said("Hello.")], compactor=lambda messages: messages[-1:])
+
+    await run(ports)
+
+    assert ports.budgets == [500]
+    assert ids(ports.prompts[0]) == [f"{RUN_ID}-in-0"]
+
+
+async def test_model_replies_get_run_scoped_ids_announced_to_the_model_call() -> None:
+    ports = RecordingPorts([weather(), said("Sunny.")])
+
+    completed = await run(ports)
+
+    assert ports.reply_ids == [f"{RUN_ID}-m0", f"{RUN_ID}-m1"]
+    assert ids(completed.response) == [f"{RUN_ID}-m0", f"{RUN_ID}-t0", f"{RUN_ID}-m1"]
+
+
+async def test_the_model_sees_its_call_and_the_tool_result_in_the_next_call() -> None:
+    ports = RecordingPorts([weather("Perth"), said("Sunny.")])
+
+    await run(ports)
+
+    call_message, tool_message = ports.prompts[1][-2:]
+    assert call_message.function_calls[0].arguments == {"city": "Perth"}
+    assert tool_message.role == "tool"
+    assert tool_message.function_results == [
+        FunctionResultContent(call_id="c0", result={"tool": "get_weather"})
+    ]
+
+
+async def test_each_tool_call_and_its_result_are_announced_as_run_events() -> None:
+    ports = RecordingPorts(
+        [asks(("get_weather", {"city": "Sydney"}), ("search_flights", {})), said("Done.")]
+    )
+
+    await run(ports)
+
+    assert [type(e) for e in ports.events] == [RunStarted, RunToolCall, RunToolCall] + [
+        RunToolResult
+    ] * 2
+    calls = [e.call for e in ports.events if isinstance(e, RunToolCall)]
+    results = [e.result for e in ports.events if isinstance(e, RunToolResult)]
+    assert [c.call_id for c in calls] == [r.call_id for r in results] == ["c0", "c1"]
+
+
+async def test_tool_call_outside_the_agents_list_is_refused_without_invoking_it() -> None:
+    ports = RecordingPorts([asks(("delete_account", {"user": "bob"})), said("Sorry.")])
+
+    await run(ports)
+
+    assert ports.invoked == []
+    (result,) = ports.prompts[1][-1].function_results
+    assert result.call_id == "c0"
+    assert result.result is None
+    assert "delete_account" in (result.error or "")
+    assert [e.result for e in ports.events if isinstance(e, RunToolResult)] == [result]
+
+
+@pytest.mark.parametrize("name", ["a.b", "x>", "runbus.tools.*", "get weather"])
+async def test_tool_call_with_a_name_unsafe_in_a_subject_is_refused_even_if_listed(
+    name: str,
+) -> None:
+    agent = AgentSpec(name="odd", instructions="Help.", model=AGENT.model, tools=[name])
+    ports = RecordingPorts([asks((name, {})), said("Sorry.")])
+
+    await run(ports, agent=agent)
+
+    assert ports.invoked == []
+    assert ports.prompts[1][-1].function_results[0].error is not None
+
+
+async def test_an_allowed_call_is_invoked_next_to_a_refused_one() -> None:
+    ports = RecordingPorts([asks(("rm_rf", {}), ("get_weather", {"city": "Sydney"})), said("ok")])
+
+    await run(ports)
+
+    assert [c.name for c in ports.invoked] == ["get_weather"]
+    refused, allowed = ports.prompts[1][-1].function_results
+    assert refused.error is not None
+    assert allowed.result == {"tool": "get_weather"}
+
+
+async def test_parallel_tool_calls_are_invoked_concurrently() -> None:
+    barrier = asyncio.Barrier(3)
+
+    async def meet(call: FunctionCallContent) -> str:
+        async with asyncio.timeout(2):
+            await barrier.wait()
+        return call.arguments["city"]
+
+    cities = ("Sydney", "Perth", "Tokyo")
+    ports = RecordingPorts(
+        [asks(*(("get_weather", {"city": c}) for c in cities)), said("Done.")], tool=meet
+    )
+
+    await run(ports)
+
+    assert [r.result for r in ports.prompts[1][-1].function_results] == list(cities)
+
+
+async def test_results_of_parallel_calls_keep_the_order_of_the_calls() -> None:
+    async def slower_first(call: FunctionCallContent) -> str:
+        await asyncio.sleep(0.03 if call.call_id == "c0" else 0)
+        return call.call_id
+
+    ports = RecordingPorts(
+        [asks(("get_weather", {"city": "A"}), ("get_weather", {"city": "B"})), said("ok")],
+        tool=slower_first,
+    )
+
+    await run(ports)
+
+    assert [r.result for r in ports.prompts[1][-1].function_results] == ["c0", "c1"]
+    results = [e.result.call_id for e in ports.events if isinstance(e, RunToolResult)]
+    assert results == ["c0", "c1"]
+
+
+async def test_a_model_that_keeps_calling_tools_is_stopped_at_max_iterations() -> None:
+    ports = RecordingPorts([weather()] * 10)
+
+    with pytest.raises(MaxIterationsExceeded) as raised:
+        await run(ports)
+
+    assert raised.value.limit == AGENT.max_iterations
+    assert raised.value.code == "max_iterations"
+    assert ports.hops.count("complete") == AGENT.max_iterations
+    assert ids(ports.appended)[-2:] == [f"{RUN_ID}-m3", f"{RUN_ID}-t3"]
+    assert ports.stored == []
+
+
+async def test_an_answer_on_the_last_allowed_iteration_completes_the_run() -> None:
+    ports = RecordingPorts([weather()] * 3 + [said("Finally.")])
+
+    completed = await run(ports)
+
+    assert completed.text == "Finally."
+
+
+async def test_user_statements_are_remembered_when_the_policy_says_so() -> None:
+    ports = RecordingPorts([said("Noted.")])
+
+    await run(ports, request("I prefer a window seat.", "  Which airlines fly to Perth?  "))
+
+    assert ports.stored == [["I prefer a window seat."]]
+
+
+async def test_questions_alone_are_not_remembered() -> None:
+    ports = RecordingPorts([said("Sunny.")])
+
+    await run(ports, request("Weather in Sydney?"))
+
+    assert "store_memory" not in ports.hops
+
+
+async def test_assistant_claims_are_never_remembered() -> None:
+    ports = RecordingPorts([said("You told me you prefer an aisle seat.")])
+
+    await run(ports, request("Book my usual seat."))
+
+    assert ports.stored == [["Book my usual seat."]]
+
+
+async def test_nothing_is_remembered_when_the_policy_is_off() -> None:
+    agent = AgentSpec(
+        name="travel",
+        instructions="Help.",
+        model=AGENT.model,
+        memory=MemoryPolicy(enabled=True, store_user_statements=False),
+    )
+    ports = RecordingPorts([said("Noted.")])
+
+    await run(ports, request("I prefer a window seat."), agent=agent)
+
+    assert "store_memory" not in ports.hops
+
+
+async def test_the_completed_run_has_the_last_text_every_new_message_and_summed_usage() -> None:
+    ports = RecordingPorts([weather(), weather("Perth"), said("Sunny in both.")])
+
+    completed = await run(ports)
+
+    assert completed.run_id == RUN_ID
+    assert completed.text == "Sunny in both."
+    assert [m.role for m in completed.response] == [
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+        "assistant",
+    ]
+    assert completed.usage == Usage(input_tokens=300, output_tokens=30)
+
+
+async def test_everything_is_saved_by_the_time_the_run_completes() -> None:
+    ports = RecordingPorts([weather(), said("Sunny.")], append_delay=0.01)
+
+    completed = await run(ports)
+
+    assert ids(ports.appended) == [f"{RUN_ID}-in-0", *ids(completed.response)]
+
+
+async def test_a_run_whose_history_cannot_be_saved_fails() -> None:
+    ports = RecordingPorts([said("Hello.")], append_error=Unavailable("history is down"))
+
+    with pytest.raises(Unavailable):
+        await run(ports)
+
+
+async def test_a_run_that_fails_half_way_has_saved_its_steps_when_the_failure_surfaces() -> None:
+    ports = RecordingPorts([weather(), ModelError("the model backend is down")], append_delay=0.01)
+
+    with pytest.raises(ModelError):
+        await run(ports)
+
+    assert ids(ports.appended) == [f"{RUN_ID}-in-0", f"{RUN_ID}-m0", f"{RUN_ID}-t0"]
