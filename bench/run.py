@@ -9,6 +9,7 @@ because the machine is shared and noisy.
 
 import argparse
 import asyncio
+import importlib
 import os
 import statistics
 import sys
@@ -195,7 +196,7 @@ async def bench_run(url: str, n: int, in_flight: int, data_dir: Path) -> None:
         async def one() -> None:
             nonlocal counter_n
             counter_n += 1
-            done = await client.run_to_completion("bench", f"s-{counter_n}", "Book it.")
+            done = await client.run("bench", "Book it.", session_id=f"s-{counter_n}")
             assert "confirmation" in done.text, done.text
 
         await timed(30, one)
@@ -279,7 +280,7 @@ async def bench_processes(n: int, in_flight: int, tmp: Path) -> None:
         async def one() -> None:
             nonlocal count
             count += 1
-            done = await client.run_to_completion("bench", f"p-{count}", "Book it.")
+            done = await client.run("bench", "Book it.", session_id=f"p-{count}")
             assert "confirmation" in done.text, done.text
 
         await timed(30, one)
@@ -310,11 +311,19 @@ async def main(args: argparse.Namespace) -> None:
     if args.only in (None, "processes"):
         with tempfile.TemporaryDirectory() as tmp:
             await bench_processes(args.run_n, args.in_flight, Path(tmp))
+    for name in SECTIONS:
+        if args.only in (None, name):
+            module = importlib.import_module(f"bench.{name}")
+            await module.run_benchmark()
+
+
+SECTIONS = ("history", "compaction", "model_router", "tools")
+"""Per-service benchmarks, each a module of this folder with `run_benchmark()`."""
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("--only", choices=["hop", "run", "processes"])
+    parser.add_argument("--only", choices=["hop", "run", "processes", *SECTIONS])
     parser.add_argument("--hop-n", type=int, default=3000)
     parser.add_argument("--run-n", type=int, default=300)
     parser.add_argument("--in-flight", type=int, default=64)

@@ -22,24 +22,34 @@ from runbus_memory.service import MemoryService
 from runbus_model_router.backends import ModelBackend
 from runbus_model_router.scripted import ScriptedReply
 from runbus_model_router.service import ModelRouterService, default_routes
+from runbus_tool_executor.registry import ToolRegistry
 from runbus_tool_executor.service import ToolExecutorService
 from runbus_tool_executor.travel import tools as travel_tools
 
 SERVICE_NAMES = ("gateway", "history", "memory", "compaction", "model_router", "tool_executor")
 
 
+async def _drain(nc: NATS) -> None:
+    # A test may have closed a connection on purpose to play a dying replica.
+    if not nc.is_closed:
+        await nc.drain()
+
+
 @dataclass
 class Stack:
-    url: str
+    url: str | list[str]
+    """One server, or every node of a cluster (each connection picks one, fails over)."""
     services: dict[str, Service]
     connections: list[NATS]
     exit_stack: AsyncExitStack
     providers: dict[str, TracerProvider] = field(default_factory=dict)
+    connect_options: dict[str, object] = field(default_factory=dict)
+    """Extra `nats.connect` options of every service connection (reconnect policy)."""
 
     async def start_service(self, service_factory: type[Service], **kwargs: object) -> Service:
         """Start one more replica (its own connection) and stop it with the stack."""
-        nc = await nats.connect(self.url)
-        self.exit_stack.push_async_callback(nc.drain)
+        nc = await nats.connect(self.url, **self.connect_options)
+        self.exit_stack.push_async_callback(_drain, nc)
         service = service_factory(nc, **kwargs)  # type: ignore[call-arg]
         await service.start()
         self.exit_stack.push_async_callback(service.stop)
@@ -48,14 +58,21 @@ class Stack:
 
 @asynccontextmanager
 async def start_stack(
-    url: str,
+    url: str | list[str],
     *,
     data_dir: Path,
     processor: SpanProcessor | None = None,
     agents: dict[str, AgentSpec] | None = None,
     scripts: dict[str, list[ScriptedReply]] | None = None,
     routes: dict[str, ModelBackend] | None = None,
+    stream_replicas: int = 1,
+    request_timeout: float | None = None,
+    connect_options: dict[str, object] | None = None,
+    gateway_options: dict[str, object] | None = None,
+    tool_registries: list[ToolRegistry] | None = None,
 ) -> AsyncIterator[Stack]:
+    """The six services in-process. `stream_replicas` goes to every service that creates
+    JetStream streams or KV buckets; `request_timeout` caps every bus hop."""
     async with AsyncExitStack() as exit_stack:
         providers = {}
         for name in SERVICE_NAMES:
@@ -63,26 +80,52 @@ async def start_stack(
                 name, processors=[processor] if processor else []
             )
         stack = Stack(
-            url=url, services={}, connections=[], exit_stack=exit_stack, providers=providers
+            url=url,
+            services={},
+            connections=[],
+            exit_stack=exit_stack,
+            providers=providers,
+            connect_options=connect_options or {},
+        )
+        common: dict[str, object] = {}
+        if request_timeout is not None:
+            common["request_timeout"] = request_timeout
+        replicated: dict[str, object] = (
+            {"replicas": stream_replicas} if stream_replicas != 1 else {}
+        )
+        # model_router and tool_executor name the same setting `stream_replicas`.
+        kv_replicated: dict[str, object] = (
+            {"stream_replicas": stream_replicas} if stream_replicas != 1 else {}
         )
         memory_store = await EdgeStore.open(data_dir / "qdrant", HashingEmbedder().dimension)
         factories: dict[str, tuple[type[Service], dict[str, object]]] = {
-            "history": (HistoryService, {}),
-            "memory": (MemoryService, {"embedder": HashingEmbedder(), "store": memory_store}),
+            "history": (HistoryService, {**replicated}),
+            "memory": (
+                MemoryService,
+                {"embedder": HashingEmbedder(), "store": memory_store, **replicated},
+            ),
             "compaction": (CompactionService, {}),
             "model_router": (
                 ModelRouterService,
-                {"routes": routes or default_routes(scripts or {})},
+                {"routes": routes or default_routes(scripts or {}), **kv_replicated},
             ),
-            "tool_executor": (ToolExecutorService, {"registries": [travel_tools]}),
+            "tool_executor": (
+                ToolExecutorService,
+                {"registries": tool_registries or [travel_tools], **kv_replicated},
+            ),
             "gateway": (
                 GatewayService,
-                {"agents": agents or load_agents(), "verifier": TokenVerifier.from_file()},
+                {
+                    "agents": agents or load_agents(),
+                    "verifier": TokenVerifier.from_file(),
+                    **replicated,
+                    **(gateway_options or {}),
+                },
             ),
         }
         for name in SERVICE_NAMES[1:] + SERVICE_NAMES[:1]:
             factory, kwargs = factories[name]
             stack.services[name] = await stack.start_service(
-                factory, tracer_provider=providers[name], **kwargs
+                factory, tracer_provider=providers[name], **common, **kwargs
             )
         yield stack

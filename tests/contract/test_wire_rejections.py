@@ -129,7 +129,7 @@ def test_run_event_with_a_wrong_typed_value_is_rejected_naming_the_field(
 
 
 def test_run_event_decoder_rejects_an_event_kind_it_does_not_know() -> None:
-    body = {"type": "run.approval_requested", "run_id": "r-7f3a"}
+    body = {"type": "run.teleported", "run_id": "r-7f3a"}
 
     with pytest.raises(msgspec.ValidationError, match=r"`\$\.type`"):
         RUN_EVENT_DECODER.decode(raw(body))

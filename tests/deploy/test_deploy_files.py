@@ -20,12 +20,15 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from runbus.cli import build_parser
 from runbus.settings import ENV_PREFIX, Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "compose.yaml"
+COMPOSE_CLUSTER_FILE = ROOT / "compose.cluster.yaml"
 DEPLOY = ROOT / "deploy"
 K8S = DEPLOY / "k8s"
+HELM = DEPLOY / "helm"
 KUSTOMIZATION = K8S / "kustomization.yaml"
 
 SERVICES = ("gateway", "history", "memory", "compaction", "model_router", "tool_executor")
@@ -40,6 +43,11 @@ def load_yaml(path: Path) -> Any:
 
 def compose() -> dict[str, Any]:
     data: dict[str, Any] = load_yaml(COMPOSE_FILE)
+    return data
+
+
+def compose_cluster() -> dict[str, Any]:
+    data: dict[str, Any] = load_yaml(COMPOSE_CLUSTER_FILE)
     return data
 
 
@@ -147,6 +155,69 @@ def test_compose_nats_runs_jetstream_with_the_repo_config_and_a_health_check() -
     assert nats["command"] == ["-js", "-m", "8222", "-c", "/etc/nats/nats.conf"]
     assert "./deploy/nats/nats.conf:/etc/nats/nats.conf:ro" in nats["volumes"]
     assert any("8222/healthz" in part for part in nats["healthcheck"]["test"])
+
+
+def test_compose_jaeger_is_v2_with_otlp_grpc_http_and_the_ui_published() -> None:
+    jaeger = compose()["services"]["jaeger"]
+
+    assert jaeger["image"].startswith("jaegertracing/jaeger:2.")
+    assert {"16686:16686", "4317:4317", "4318:4318"} <= set(jaeger["ports"])
+
+
+def test_compose_sets_replicas_and_a_discovery_health_check_on_every_service() -> None:
+    services = compose()["services"]
+
+    for name in SERVICES:
+        assert services[name]["deploy"]["replicas"] >= 1, name
+        check = services[name]["healthcheck"]
+        assert check["test"] == ["CMD", "runbus", "status", "--ping", name]
+        assert {"interval", "timeout", "retries", "start_period"} <= set(check)
+
+
+def test_the_health_check_command_is_a_runbus_cli_command() -> None:
+    args = build_parser().parse_args(["status", "--ping", "gateway"])
+
+    assert args.ping == "gateway"
+    assert args.handler.__module__ == "runbus.commands.status"
+
+
+def test_compose_qdrant_keeps_its_data_in_a_volume() -> None:
+    document = compose()
+
+    assert "qdrant-data:/qdrant/storage" in document["services"]["qdrant"]["volumes"]
+    assert "qdrant-data" in document["volumes"]
+
+
+# compose.cluster.yaml
+
+
+def test_compose_cluster_override_is_valid_against_the_compose_spec() -> None:
+    assert compose_schema_errors(compose_cluster()) == []
+
+
+def test_compose_cluster_runs_three_named_nats_nodes_with_the_cluster_config() -> None:
+    services = compose_cluster()["services"]
+    nodes = {"nats": "nats-1", "nats-2": "nats-2", "nats-3": "nats-3"}
+
+    for service, server_name in nodes.items():
+        node = services[service]
+        assert node["command"] == ["-c", "/etc/nats/cluster.conf"]
+        assert node["environment"]["NATS_SERVER_NAME"] == server_name
+        assert "./deploy/nats/cluster.conf:/etc/nats/cluster.conf:ro" in node["volumes"]
+        assert "8222/healthz" in " ".join(node["healthcheck"]["test"])
+    # The route URLs of cluster.conf name the nodes; node 1 is the `nats` service.
+    assert services["nats"]["networks"]["default"]["aliases"] == ["nats-1"]
+    stores = {services[service]["volumes"][1].split(":")[0] for service in nodes}
+    assert len(stores) == 3
+
+
+def test_compose_cluster_gives_every_service_r3_streams_and_all_three_nodes() -> None:
+    services = compose_cluster()["services"]
+
+    for name in SERVICES:
+        env = services[name]["environment"]
+        assert env["RUNBUS_STREAM_REPLICAS"] == "3"
+        assert env["RUNBUS_NATS_URL"].split(",") == [f"nats://nats-{n}:4222" for n in (1, 2, 3)]
 
 
 # deploy/Dockerfile
@@ -273,6 +344,58 @@ def test_memory_deployment_uses_the_qdrant_server() -> None:
     assert env["RUNBUS_QDRANT_URL"] == "http://qdrant:6333"
 
 
+def test_every_service_container_has_startup_readiness_and_liveness_probes() -> None:
+    for service in SERVICES:
+        deployment = k8s_objects("Deployment")[k8s_name(service)]
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            command = container[probe]["exec"]["command"]
+            assert command == ["runbus", "status", "--ping", service], (service, probe)
+            assert container[probe]["timeoutSeconds"] >= 5
+
+
+def test_kubernetes_services_create_r3_streams() -> None:
+    data = k8s_objects("ConfigMap")["runbus-config"]["data"]
+
+    assert data["RUNBUS_STREAM_REPLICAS"] == "3"
+
+
+# deploy/helm
+
+
+def test_nats_helm_values_run_a_cluster_of_three_with_jetstream_on_files() -> None:
+    config = load_yaml(HELM / "nats-values.yaml")["config"]
+
+    assert config["cluster"] == {"enabled": True, "replicas": 3}
+    jetstream = config["jetstream"]
+    assert jetstream["enabled"] is True
+    assert jetstream["fileStore"]["enabled"] is True
+    assert jetstream["fileStore"]["pvc"]["enabled"] is True
+    assert jetstream["memoryStore"]["enabled"] is False
+    assert config["merge"]["max_payload"] == "<< 8MB >>"
+
+
+def test_nats_helm_values_carry_the_auth_config_verbatim_with_its_passwords() -> None:
+    values = load_yaml(HELM / "nats-values.yaml")
+    auth = (DEPLOY / "nats" / "auth.conf").read_text()
+
+    assert values["config"]["merge"]["00$include"] == "auth.conf"
+    assert values["configMap"]["merge"]["data"]["auth.conf"] == auth
+    referenced = set(re.findall(r"\$(NATS_[A-Z_]+_PASSWORD)", auth))
+    env = values["container"]["env"]
+    assert set(env) == referenced
+    for name in referenced:
+        assert env[name]["valueFrom"]["secretKeyRef"]["name"] == "nats-auth"
+
+
+def test_qdrant_helm_values_run_three_nodes_in_distributed_mode() -> None:
+    values = load_yaml(HELM / "qdrant-values.yaml")
+
+    assert values["replicaCount"] == 3
+    assert values["config"]["cluster"]["enabled"] is True
+    assert values["persistence"]["size"]
+
+
 # Settings shared by compose and k8s
 
 
@@ -283,6 +406,7 @@ def test_every_runbus_variable_the_deployment_files_set_is_a_known_setting() -> 
     used: set[str] = set()
     for name in SERVICES:
         used |= runbus_variables(compose()["services"][name]["environment"])
+        used |= runbus_variables(compose_cluster()["services"][name]["environment"])
     for config_map in k8s_objects("ConfigMap").values():
         used |= runbus_variables(config_map["data"])
     for deployment in k8s_objects("Deployment").values():

@@ -1,10 +1,12 @@
 """A run request published with plain nats-py crosses all six services and comes back as
 events; history keeps what the run said, once."""
 
+import pytest
 from nats.aio.client import Client as NATS
 
 from runbus import subjects
 from runbus.bus import Bus
+from runbus.errors import RemoteError
 from runbus.headers import RunContext
 from runbus.messages import HistoryLoad
 from runbus.messages.history import HISTORY_LOADED_DECODER
@@ -62,11 +64,18 @@ async def test_republished_run_request_runs_once(stack: Stack, nc: NATS) -> None
     assert ack.duplicate
 
 
-async def test_history_of_one_tenant_is_invisible_to_another(stack: Stack, nc: NATS) -> None:
+@pytest.mark.parametrize(
+    ("tenant", "user_id"), [("globex", "carol"), ("acme", "bob"), ("globex", "alice")]
+)
+async def test_history_of_a_session_is_invisible_to_anyone_but_its_owner(
+    stack: Stack, nc: NATS, tenant: str, user_id: str
+) -> None:
     await publish_and_collect(nc, "r-acme", raw_request("r-acme", "Weather in Perth?"))
     bus = Bus(nc, stack.providers["gateway"].get_tracer("test"))
-    globex = RunContext(session_id="s1", props={"tenant": "globex", "user_id": "carol"})
-    loaded = await bus.request(
-        subjects.HISTORY_LOAD, HistoryLoad(session_id="s1"), HISTORY_LOADED_DECODER, ctx=globex
-    )
-    assert loaded.messages == []
+    other = RunContext(session_id="s1", props={"tenant": tenant, "user_id": user_id})
+    with pytest.raises(RemoteError) as raised:
+        await bus.request(
+            subjects.HISTORY_LOAD, HistoryLoad(session_id="s1"), HISTORY_LOADED_DECODER, ctx=other
+        )
+    assert raised.value.remote_code == "not_found"
+    assert raised.value.message == "no session 's1'"

@@ -36,7 +36,8 @@ def test_agents_are_loaded_from_a_folder_by_name_with_defaults(tmp_path: Path) -
     assert list(agents) == ["helper"]
     helper = agents["helper"]
     assert helper.tools == []
-    assert helper.max_iterations == 8
+    assert helper.max_iterations == 40
+    assert helper.concurrency == "reject"
     assert not helper.memory.enabled
     assert helper.compaction.max_tokens is None
 

@@ -2,17 +2,14 @@
 
 import pytest
 
-from runbus.messages import ChatMessage, TextContent
+from runbus.messages import ChatMessage, Source, TextContent
 from runbus_history.core import StoredBatch, batch_id, loaded, messages_to_store
 from runbus_history.errors import MissingMessageId
 
 
-def message(message_id: str, text: str = "hi", **kw: str) -> ChatMessage:
+def message(message_id: str, text: str = "hi", source: Source = "external") -> ChatMessage:
     return ChatMessage(
-        role="user",
-        contents=[TextContent(text=text)],
-        message_id=message_id,
-        **kw,  # type: ignore[arg-type]
+        role="user", contents=[TextContent(text=text)], message_id=message_id, source=source
     )
 
 

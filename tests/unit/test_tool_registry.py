@@ -110,7 +110,11 @@ async def test_the_tool_context_describes_the_run_it_serves() -> None:
     await invoke("transfer", {"amount": 5})
 
     assert seen["context"] == ToolContext(
-        run_id="r-1", session_id="s1", agent="travel", props={"user_id": "alice", "tenant": "acme"}
+        run_id="r-1",
+        session_id="s1",
+        agent="travel",
+        props={"user_id": "alice", "tenant": "acme"},
+        call_id="call-1",
     )
 
 

@@ -28,7 +28,8 @@ def test_the_travel_package_serves_weather_search_and_booking() -> None:
 def test_the_booking_schema_hides_the_passenger_from_the_model() -> None:
     schema = tools.tools["create_booking"].spec().parameters
 
-    assert set(schema["properties"]) == {"flight_id", "seat"}
+    assert set(schema["properties"]) == {"flight_id", "seat", "cabin"}
+    assert "user_id" not in schema.get("required", [])
     assert schema["properties"]["seat"]["enum"] == ["aisle", "any", "window"]
     assert schema["additionalProperties"] is False
 

@@ -5,11 +5,13 @@ span, caps the wait at the time the run has left and turns an `rb-error` reply i
 `RemoteError` with the remote code.
 """
 
-from typing import TypeVar
+import asyncio
+from typing import Final, TypeVar
 
 import msgspec
 import nats.errors
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
 from opentelemetry.trace import SpanKind, Tracer
 
 from . import headers as h
@@ -19,6 +21,7 @@ from .messages.errors import ERROR_DECODER
 from .telemetry import inject, messaging_attributes
 
 T = TypeVar("T")
+NO_RESPONDERS_RETRY: Final = 0.05
 
 
 class Bus:
@@ -32,7 +35,7 @@ class Bus:
     async def request(
         self,
         subject: str,
-        message: msgspec.Struct,
+        message: msgspec.Struct | msgspec.Raw,
         decoder: msgspec.json.Decoder[T],
         *,
         ctx: h.RunContext,
@@ -59,7 +62,7 @@ class Bus:
             headers = ctx.to_headers()
             inject(headers)
             try:
-                reply = await self.nc.request(subject, data, timeout=wait, headers=headers)
+                reply = await self._request(subject, data, wait, headers)
             except nats.errors.NoRespondersError:
                 raise Unavailable(f"no service answers on {subject!r}") from None
             except nats.errors.TimeoutError:
@@ -70,6 +73,17 @@ class Bus:
                 info = ERROR_DECODER.decode(reply.data).error
                 raise RemoteError(info.code, info.message, details=info.details)
             return decoder.decode(reply.data)
+
+    async def _request(
+        self, subject: str, data: bytes, wait: float, headers: dict[str, str]
+    ) -> Msg:
+        try:
+            return await self.nc.request(subject, data, timeout=wait, headers=headers)
+        except nats.errors.NoRespondersError:
+            # A replica that is just subscribing (or restarting) can be missed for a moment;
+            # one short retry tells "not there yet" from "not there at all".
+            await asyncio.sleep(NO_RESPONDERS_RETRY)
+            return await self.nc.request(subject, data, timeout=wait, headers=headers)
 
     async def publish(
         self, subject: str, message: msgspec.Struct, *, ctx: h.RunContext | None = None

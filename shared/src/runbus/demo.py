@@ -34,7 +34,7 @@ async def run_demo(settings: Settings, out: TextIO) -> int:
             for session, text in CONVERSATION:
                 session_id = f"demo-{session}-{tag}"
                 out.write(f"[{session_id}] you: {text}\n")
-                async for event in client.run("travel", session_id, text):
+                async for event in client.stream("travel", text, session_id=session_id):
                     printer(event)
                 out.write("\n")
         finally:

@@ -3,10 +3,12 @@ started with JetStream on loopback, its store under the data dir."""
 
 import json
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -92,6 +94,129 @@ class EmbeddedNats:
             self._process.kill()
             self._process.wait()
         self._process = None
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+class _ClusterNode(EmbeddedNats):
+    """One member of an `EmbeddedNatsCluster`: its own name, store, route and monitoring port."""
+
+    def __init__(
+        self, name: str, store_dir: Path, *, cluster: str, route_port: int, routes: list[str]
+    ) -> None:
+        super().__init__(store_dir)
+        self.name = name
+        self.cluster = cluster
+        self.route_port = route_port
+        self.routes = routes
+        self.monitoring_port = _free_port()
+
+    def start(self, timeout: float = 10.0) -> str:
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        ports_dir = Path(tempfile.mkdtemp(prefix="runbus-nats-ports-"))
+        self._process = subprocess.Popen(
+            [
+                str(nats_server_binary()),
+                "--addr", "127.0.0.1",
+                # Same client port after a restart, so clients reconnect where they were.
+                "--port", str(self.port or -1),
+                "--server_name", self.name,
+                "--jetstream",
+                "--store_dir", str(self.store_dir),
+                "--cluster_name", self.cluster,
+                "--cluster", f"nats://127.0.0.1:{self.route_port}",
+                "--routes", ",".join(self.routes),
+                "--http_port", str(self.monitoring_port),
+                "--ports_file_dir", str(ports_dir),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        url = self._wait_for_port(ports_dir, timeout)
+        self.port = int(url.rsplit(":", 1)[1])
+        return url
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def healthy(self) -> bool:
+        """`/healthz` is 200 once this node's JetStream is current with a meta leader."""
+        url = f"http://127.0.0.1:{self.monitoring_port}/healthz"
+        try:
+            with urllib.request.urlopen(url, timeout=1) as response:
+                return bool(response.status == 200)
+        except OSError:
+            return False
+
+
+class EmbeddedNatsCluster:
+    """`size` nats-server processes on loopback, routed into one cluster with JetStream
+    (distinct server names and store dirs), for tests of replicated streams and node loss."""
+
+    def __init__(self, root: Path, *, size: int = 3, name: str = "runbus") -> None:
+        route_ports = [_free_port() for _ in range(size)]
+        routes = [f"nats://127.0.0.1:{port}" for port in route_ports]
+        self.nodes = [
+            _ClusterNode(
+                f"{name}-{index + 1}",
+                root / f"{name}-{index + 1}",
+                cluster=name,
+                route_port=route_ports[index],
+                # A node ignores the route to itself.
+                routes=routes,
+            )
+            for index in range(size)
+        ]
+
+    @property
+    def urls(self) -> list[str]:
+        """Client URLs of the nodes, running or not (a client lists them all)."""
+        return [node.url for node in self.nodes]
+
+    def start(self, timeout: float = 20.0) -> list[str]:
+        """Start every node; return once the cluster has elected a JetStream meta leader."""
+        for node in self.nodes:
+            node.start()
+        self._wait_for_meta_leader(timeout)
+        return self.urls
+
+    def stop_node(self, index: int) -> None:
+        """Stop one node (SIGTERM: its clients are cut off, no lame-duck hand-over)."""
+        self.nodes[index].stop()
+
+    def restart_node(self, index: int) -> None:
+        self.nodes[index].start()
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+    def _wait_for_meta_leader(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all(node.healthy() for node in self.nodes if node.running):
+                return
+            time.sleep(0.05)
+        self.stop()
+        raise EmbeddedNatsError(f"the cluster elected no JetStream leader within {timeout}s")
 
     def __enter__(self) -> Self:
         self.start()

@@ -33,6 +33,8 @@ class RunContext(msgspec.Struct, frozen=True, kw_only=True):
     """Trusted run properties (user_id, tenant, request_id, …)."""
     deadline: float | None = None
     """Absolute deadline, seconds since the epoch."""
+    auth: str = ""
+    """The caller's `rb-auth` credential, as received; never forwarded by `to_headers`."""
 
     def to_headers(self) -> dict[str, str]:
         headers = {f"{PROP_PREFIX}{k}": v for k, v in self.props.items()}
@@ -65,6 +67,7 @@ class RunContext(msgspec.Struct, frozen=True, kw_only=True):
             agent=headers.get(AGENT, ""),
             props=props,
             deadline=deadline,
+            auth=headers.get(AUTH, ""),
         )
 
     def time_left(self) -> float | None:

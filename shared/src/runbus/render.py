@@ -6,6 +6,8 @@ from typing import TextIO
 import msgspec
 
 from .messages import (
+    RunApprovalRequested,
+    RunCompacted,
     RunCompleted,
     RunEvent,
     RunFailed,
@@ -32,6 +34,16 @@ class EventPrinter:
         match event:
             case RunStarted():
                 pass
+            case RunApprovalRequested(call_id=call_id, tool=tool, reason=reason):
+                self._line(
+                    f"  ? {tool} needs approval: {reason}\n"
+                    f"    runbus approve {event.run_id} {call_id}   (or: runbus deny …)"
+                )
+            case RunCompacted(report=report):
+                self._line(
+                    f"  (context compacted by {report.strategy}: {report.tokens_before} → "
+                    f"{report.tokens_after} tokens)"
+                )
             case RunTextDelta(delta=delta):
                 if not self._mid_line:
                     self.out.write("  assistant: ")

@@ -3,11 +3,13 @@ the service, a span and log context per request, and typed error replies that ke
 """
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import msgspec
+import nats.errors
 import structlog
 from nats.aio.client import Client as NATS
 from nats.micro import add_service
@@ -23,7 +25,7 @@ from .errors import BadRequest, DeadlineExceeded, InternalError, RunbusError
 from .messages import ErrorReply, encode
 from .telemetry import extract, messaging_attributes
 
-Handler = Callable[[h.RunContext, Any], Awaitable[msgspec.Struct]]
+Handler = Callable[[h.RunContext, Any], Awaitable[msgspec.Struct | msgspec.Raw]]
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,10 @@ class Service:
     async def on_start(self) -> None:
         """Open stores, create streams: runs before the first endpoint listens."""
 
+    async def on_draining(self) -> None:
+        """Stop taking work that is not a request (e.g. a queue consumer): runs after the
+        endpoints stopped listening, before in-flight work is awaited."""
+
     async def on_stop(self) -> None:
         """Close what `on_start` opened: runs after the last request finished."""
 
@@ -102,13 +108,20 @@ class Service:
             await self._micro.add_endpoint(
                 name=endpoint.name, subject=endpoint.subject, handler=self._dispatcher(endpoint)
             )
+        # nats-py may write a flush's PING ahead of SUBs still buffered; a second round trip
+        # makes sure the server has every endpoint before start() returns.
+        await self.nc.flush()
+        await self.nc.flush()
         self.log.info("service_started", endpoints=[e.subject for e in self.endpoints()])
 
     async def stop(self) -> None:
         """Stop listening, let in-flight requests finish, then close."""
         if self._micro is not None:
-            await self._micro.stop()
+            # A closed connection has no subscriptions left to stop.
+            with contextlib.suppress(nats.errors.ConnectionClosedError):
+                await self._micro.stop()
             self._micro = None
+        await self.on_draining()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.on_stop()
@@ -169,7 +182,7 @@ class Service:
                         reason=error.message,
                     )
                 data = encode(ErrorReply(error=error.to_info()))
-                reply_headers = {h.ERROR: error.code}
+                reply_headers = {h.ERROR: error.to_info().code}
             try:
                 await request.respond(data, headers=reply_headers)
             except ValueError:

@@ -44,12 +44,36 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     """Gateway: seconds a run may take; becomes the `rb-deadline` every hop honours."""
     request_timeout: Annotated[float, msgspec.Meta(gt=0)] = 30.0
     """Seconds one request/reply hop may take (capped by the deadline)."""
+    history_max_age: Annotated[float, msgspec.Meta(ge=0)] = 0.0
+    """History: seconds a stored message is kept (0 = forever)."""
+    history_max_appends: Annotated[int, msgspec.Meta(ge=0)] = 0
+    """History: stored appends kept per session, oldest dropped first (0 = no limit)."""
+    stream_replicas: Annotated[int, msgspec.Meta(ge=1, le=5)] = 1
+    """Replicas of every JetStream stream and KV bucket runbus creates (3 on a cluster)."""
     model_scripts: str | None = None
     """Model router: TOML file of scripts for the `scripted/<name>` routes."""
+    model_routes: str | None = None
+    """Model router: TOML file of routes, targets and budgets (default: offline only)."""
     qdrant_url: str | None = None
     """Memory: a Qdrant server; when unset, the embedded store under the data dir is used."""
+    embedder: Literal["minilm", "hashing", "openai"] = "minilm"
+    """Memory: `minilm` (all-MiniLM-L6-v2 int8, offline), `hashing` (lexical, no model) or
+    `openai` (an OpenAI-compatible `/embeddings` endpoint at `embeddings_url`)."""
+    embeddings_url: str | None = None
+    """Memory: base URL of the OpenAI-compatible API of the `openai` embedder (`…/v1`)."""
+    embeddings_api_key_env: str | None = None
+    """Memory: environment variable holding that API's key (none: local servers need none)."""
+    embeddings_model: str = "text-embedding-3-small"
+    """Memory: model the `openai` embedder asks for."""
+    embeddings_dimension: Annotated[int, msgspec.Meta(ge=1, le=65536)] | None = None
+    """Memory: vector size the `openai` embedder requests (default: the model's own size)."""
     tool_modules: str = "runbus_tool_executor.travel"
     """Tool executor: comma-separated modules whose tools this replica serves."""
+    tool_root: str | None = None
+    """Tool executor: folder that path parameters of tools are confined to (default:
+    `<data_dir>/files`)."""
+    tool_config: str | None = None
+    """Tool executor: TOML file of this deployment's middleware chain and per-tool overrides."""
 
     @property
     def data_path(self) -> Path:

@@ -13,24 +13,73 @@ RUNS_ALL: Final = f"{PREFIX}.runs.>"
 RUNS_TEMPLATE: Final = f"{PREFIX}.runs.{{agent}}"
 RUNS_CONSUMER: Final = "gateway"
 
+# Runs that kept failing, with their error; and what the gateway knows of each run.
+DEAD_STREAM: Final = "RUNBUS_DEAD"
+DEAD_ALL: Final = f"{PREFIX}.dead.>"
+RUN_STATE_BUCKET: Final = "RUNBUS_RUN_STATE"
+APPROVALS_BUCKET: Final = "RUNBUS_APPROVALS"
+
 # Run events: plain publishes captured by a JetStream stream for late readers.
 EVENTS_STREAM: Final = "RUNBUS_EVENTS"
 EVENTS_ALL: Final = f"{PREFIX}.events.>"
 EVENTS_TEMPLATE: Final = f"{PREFIX}.events.{{run_id}}"
 
+# Run control: a cancel for `run_id` is published here; whoever works for the run listens.
+CANCEL_ALL: Final = f"{PREFIX}.cancel.>"
+
 # Request/reply endpoints.
 HISTORY_APPEND: Final = f"{PREFIX}.history.append"
 HISTORY_LOAD: Final = f"{PREFIX}.history.load"
+SESSIONS_OPEN: Final = f"{PREFIX}.sessions.open"
+SESSIONS_GET: Final = f"{PREFIX}.sessions.get"
+SESSIONS_LIST: Final = f"{PREFIX}.sessions.list"
+SESSIONS_STATE_UPDATE: Final = f"{PREFIX}.sessions.state.update"
+SESSIONS_EXPORT: Final = f"{PREFIX}.sessions.export"
+SESSIONS_IMPORT: Final = f"{PREFIX}.sessions.import"
+SESSIONS_DELETE: Final = f"{PREFIX}.sessions.delete"
 MEMORY_STORE: Final = f"{PREFIX}.memory.store"
 MEMORY_SEARCH: Final = f"{PREFIX}.memory.search"
+MEMORY_FIND: Final = f"{PREFIX}.memory.find"
+MEMORY_LIST: Final = f"{PREFIX}.memory.list"
+MEMORY_FORGET: Final = f"{PREFIX}.memory.forget"
+MEMORY_STATS: Final = f"{PREFIX}.memory.stats"
 COMPACTION_COMPACT: Final = f"{PREFIX}.compaction.compact"
 MODEL_COMPLETE: Final = f"{PREFIX}.model.complete"
+MODEL_USAGE: Final = f"{PREFIX}.model.usage"
 TOOLS_LIST: Final = f"{PREFIX}.tools.list"
 TOOL_INVOKE_TEMPLATE: Final = f"{PREFIX}.tools.{{name}}.invoke"
 
-# History storage: one subject per tenant and session inside one stream.
+# Model router state its replicas share: daily usage counters, reasoning provenance.
+MODEL_BUCKET: Final = "RUNBUS_MODEL"
+
+# Tool executor state: call records (idempotency keys) and the catalog all deployments share.
+TOOL_CALLS_BUCKET: Final = "RUNBUS_TOOL_CALLS"
+TOOL_CATALOG_BUCKET: Final = "RUNBUS_TOOL_CATALOG"
+
+# Memory writes off the run's path: a JetStream work queue of `memory.store` bodies with the
+# run's headers, consumed by the memory replicas through one durable pull consumer.
+MEMORY_WRITES_STREAM: Final = "RUNBUS_MEMORY_WRITES"
+MEMORY_WRITES: Final = f"{PREFIX}.memory.writes"
+MEMORY_WRITES_CONSUMER: Final = "memory"
+
+# History storage: one subject per tenant and session inside one stream; records in KV.
 HISTORY_STREAM: Final = "RUNBUS_HISTORY"
 HISTORY_LOG_ALL: Final = f"{PREFIX}.hist.>"
+SESSIONS_BUCKET: Final = "RUNBUS_SESSIONS"
+
+# The client API: authenticated requests the gateway checks and forwards to `runbus.<op>`.
+API_ALL: Final = f"{PREFIX}.api.>"
+API_TEMPLATE: Final = f"{PREFIX}.api.{{op}}"
+
+
+def api(op: str) -> str:
+    """Subject a client sends the authenticated operation `op` (e.g. `sessions.list`) to."""
+    return f"{PREFIX}.api.{op}"
+
+
+def internal(op: str) -> str:
+    """The service subject an API operation is forwarded to."""
+    return f"{PREFIX}.{op}"
 
 
 def runs(agent: str) -> str:
@@ -38,14 +87,39 @@ def runs(agent: str) -> str:
     return f"{PREFIX}.runs.{agent}"
 
 
+def dead(agent: str) -> str:
+    """Subject a run request that kept failing is moved to."""
+    return f"{PREFIX}.dead.{agent}"
+
+
+def approval_key(run_id: str, call_key: str) -> str:
+    """Key of a pending approval: the run, then a digest of the call id (any characters)."""
+    return f"{run_id}.{call_key}"
+
+
+def run_key(tenant: str, user_id: str, run_id: str) -> str:
+    """Key of a run record: listing a user's runs is a key filter."""
+    return f"{tenant}.{user_id}.{run_id}"
+
+
 def events(run_id: str) -> str:
     """Subject the events of `run_id` are published on."""
     return f"{PREFIX}.events.{run_id}"
 
 
+def run_cancel(run_id: str) -> str:
+    """Subject a cancel of `run_id` is published on (model streams and tools stop on it)."""
+    return f"{PREFIX}.cancel.{run_id}"
+
+
 def tool_invoke(name: str) -> str:
     """Subject the tool `name` answers on."""
     return f"{PREFIX}.tools.{name}.invoke"
+
+
+def session_key(tenant: str, session_id: str) -> str:
+    """Key of a session record in the sessions bucket."""
+    return f"{tenant}.{session_id}"
 
 
 def history_log(tenant: str, session_id: str) -> str:

@@ -3,46 +3,119 @@
 import tomllib
 from importlib import resources
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, Literal
 
 import msgspec
 
 from runbus.messages import Identifier
+from runbus.messages.compaction import (
+    CompactionStrategy,
+    NoCompaction,
+    Tokenizer,
+    strategy_from_config,
+)
 from runbus.messages.memory import SearchScope
+from runbus.messages.sessions import ConcurrencyPolicy
 
 from .errors import GatewayConfigError
+from .harness.config import HarnessConfig
 
 
 class MemoryPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     enabled: bool = False
-    """Search long-term memory before the first model call."""
-    search_scope: SearchScope = "user"
-    """Where searches look (storage always uses the full scope)."""
+    """Use long-term memory at all."""
+    retrieval: Literal["before_invoke", "on_demand"] = "before_invoke"
+    """`before_invoke`: search with the user's text before the first model call and give the
+    hits to the model as one context message; `on_demand`: offer the model a `memory_search`
+    tool (its scope is fixed here, never by the model)."""
+    search_scope: SearchScope | list[str] = "user"
+    """Where searches look: a preset, or the storage-scope fields a memory must share
+    (`["user_id", "agent_id"]`); `[]` searches nothing. Storage always uses the full scope."""
     limit: Annotated[int, msgspec.Meta(ge=1, le=50)] = 5
     """Memories given to the model at most."""
+    min_score: Annotated[float, msgspec.Meta(ge=-1, le=1)] | None = None
+    """Leave out hits scoring below this (keep it off or low with the default embedder)."""
     store_user_statements: bool = False
-    """Store the user's input at the end of the run (never the assistant's claims)."""
+    """Store the user's statements (not questions) at the end of the run."""
+
+    @property
+    def searches_before_invoke(self) -> bool:
+        return self.enabled and self.retrieval == "before_invoke"
+
+    @property
+    def offers_tool(self) -> bool:
+        return self.enabled and self.retrieval == "on_demand"
+
+    def search_props(self) -> dict[str, str]:
+        """The trusted run properties that fix what the `memory_search` tool may see."""
+        scope = self.search_scope
+        props = {
+            "memory_scope": scope if isinstance(scope, str) else ",".join(scope),
+            "memory_limit": str(self.limit),
+        }
+        if self.min_score is not None:
+            props["memory_min_score"] = str(self.min_score)
+        return props
 
 
 class CompactionPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """An agent's `[compaction]` table: the strategy's own keys (`strategy = "pipeline"`, its
+    `steps`, triggers, …) plus the few below, which the gateway reads itself."""
+
+    strategy: CompactionStrategy = NoCompaction()
+    """How the prompt copy is shrunk before each model call (see docs/services/compaction.md)."""
     max_tokens: Annotated[int, msgspec.Meta(ge=1)] | None = None
-    """Prompt budget handed to the compaction service."""
+    """Legacy budget: with no strategy, collapse tool results then truncate above this."""
+    tokenizer: Tokenizer = "bytes"
+    """How compaction counts tokens."""
+
+    @property
+    def enabled(self) -> bool:
+        """False when nothing would ever be compacted: the gateway then skips the hop."""
+        return self.max_tokens is not None or not isinstance(self.strategy, NoCompaction)
+
+    @classmethod
+    def from_table(cls, table: dict[str, Any]) -> "CompactionPolicy":
+        own = {k: table[k] for k in OWN_COMPACTION_KEYS if k in table}
+        strategy = (
+            strategy_from_config(table, ignore=OWN_COMPACTION_KEYS)
+            if "strategy" in table
+            else NoCompaction()
+        )
+        if "strategy" not in table and set(table) - set(OWN_COMPACTION_KEYS):
+            unknown = sorted(set(table) - set(OWN_COMPACTION_KEYS))
+            raise msgspec.ValidationError(f"unknown keys {unknown} - at `$.compaction`")
+        return msgspec.convert({**own, "strategy": msgspec.to_builtins(strategy)}, cls)
+
+
+OWN_COMPACTION_KEYS = ("max_tokens", "tokenizer")
 
 
 class AgentSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     name: Identifier
     """Name runs address the agent by (`runbus.runs.<name>`)."""
-    instructions: str
+    instructions: str = ""
     """System prompt."""
-    model: str
-    """Model route, e.g. `offline` or `scripted/<script>`."""
+    model: str = ""
+    """Model route, e.g. `offline` or `scripted/<script>` (not used by program agents)."""
     description: str = ""
     tools: list[str] = []
     """Tools the model may call; anything else it asks for is refused."""
-    max_iterations: Annotated[int, msgspec.Meta(ge=1, le=100)] = 8
+    max_iterations: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 40
     """Model calls per run at most."""
+    max_consecutive_tool_errors: Annotated[int, msgspec.Meta(ge=1)] = 5
+    """Steps in a row whose tool calls all failed before the run gives up."""
+    concurrency: ConcurrencyPolicy = "reject"
+    """A second run on a busy session: `reject`, `enqueue` (wait) or `interrupt` (cancel the
+    first)."""
     memory: MemoryPolicy = MemoryPolicy()
     compaction: CompactionPolicy = CompactionPolicy()
+    harness: HarnessConfig = HarnessConfig()
+    """Guardrails, todo list, modes, loop mode, or a program instead of a model."""
+
+    def __post_init__(self) -> None:
+        if self.harness.kind == "chat" and not self.model:
+            raise ValueError("`model` is required unless harness kind is 'program'")
 
 
 def load_agents(folder: Path | None = None) -> dict[str, AgentSpec]:
@@ -59,7 +132,10 @@ def load_agents(folder: Path | None = None) -> dict[str, AgentSpec]:
     agents: dict[str, AgentSpec] = {}
     for file in files:
         try:
-            agent = msgspec.convert(tomllib.loads(file.read_text()), AgentSpec)
+            table = tomllib.loads(file.read_text())
+            compaction = CompactionPolicy.from_table(table.pop("compaction", {}))
+            agent = msgspec.convert(table, AgentSpec)
+            agent = msgspec.structs.replace(agent, compaction=compaction)
         except (tomllib.TOMLDecodeError, msgspec.ValidationError) as exc:
             raise GatewayConfigError(f"agent file {str(file)!r}: {exc}") from None
         if agent.name in agents:

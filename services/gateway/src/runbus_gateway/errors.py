@@ -20,3 +20,36 @@ class MaxIterationsExceeded(RunbusError):
     def __init__(self, limit: int) -> None:
         super().__init__(f"the model still asked for tools after {limit} iterations")
         self.limit = limit
+
+
+class ToolErrorLimit(RunbusError):
+    code = "tool_errors"
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"every tool call failed in {limit} steps in a row")
+        self.limit = limit
+
+
+class RunCancelled(RunbusError):
+    code = "cancelled"
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"run {run_id!r} was cancelled")
+
+
+class InputTooLarge(BadRequest):
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(
+            f"run input is {size} bytes of text, over the {limit} byte limit",
+            details={"size": size, "limit": limit},
+        )
+
+
+class DeadLettered(RunbusError):
+    code = "dead_lettered"
+
+    def __init__(self, deliveries: int, last_error: str) -> None:
+        super().__init__(
+            f"the run was attempted {deliveries} times without finishing; last error: {last_error}",
+            details={"deliveries": deliveries},
+        )

@@ -1,16 +1,23 @@
 """`RunPorts` over the bus: each method is one request to the service that owns it."""
 
+import asyncio
+from collections import defaultdict
+from typing import Any
+
+import nats.errors
+from nats.js.api import PubAck
+from opentelemetry.trace import SpanKind
+
 from runbus import subjects
 from runbus.bus import Bus
 from runbus.errors import RemoteError, Unavailable
-from runbus.headers import RunContext
+from runbus.headers import MSG_ID, RunContext
 from runbus.messages import (
     ChatMessage,
     CompactRequest,
     FunctionCallContent,
     FunctionResultContent,
     HistoryAppend,
-    HistoryLoad,
     MemoryHit,
     MemorySearch,
     MemoryStore,
@@ -20,33 +27,87 @@ from runbus.messages import (
     ToolInvoke,
     ToolList,
     ToolSpec,
+    encode,
 )
-from runbus.messages.compaction import COMPACT_RESULT_DECODER
-from runbus.messages.history import HISTORY_APPENDED_DECODER, HISTORY_LOADED_DECODER
-from runbus.messages.memory import MEMORY_HITS_DECODER, MEMORY_STORED_DECODER, SearchScope
+from runbus.messages.compaction import COMPACT_RESULT_DECODER, CompactResult
+from runbus.messages.history import HISTORY_APPENDED_DECODER
+from runbus.messages.memory import MEMORY_HITS_DECODER, MEMORY_STORED_DECODER
 from runbus.messages.model import MODEL_RESPONSE_DECODER
-from runbus.messages.tools import TOOL_CATALOG_DECODER, TOOL_INVOKED_DECODER
+from runbus.messages.sessions import (
+    SESSION_INFO_DECODER,
+    SESSION_OPENED_DECODER,
+    ConcurrencyPolicy,
+    SessionGet,
+    SessionOpen,
+    SessionOpened,
+    SessionRecord,
+    SessionStateUpdate,
+)
+from runbus.messages.tools import (
+    TOOL_CATALOG_DECODER,
+    TOOL_INVOKED_DECODER,
+    ApprovalGrant,
+    ApprovalRequest,
+    ToolInvoked,
+)
+from runbus.telemetry import inject, messaging_attributes
+
+from .agents import CompactionPolicy, MemoryPolicy
+from .approvals import Approvals
 
 
 class BusPorts:
-    def __init__(self, bus: Bus) -> None:
+    def __init__(self, bus: Bus, approvals: Approvals | None = None) -> None:
         self.bus = bus
+        self.approvals = approvals
+        self._event_acks: dict[str, list[asyncio.Future[PubAck]]] = defaultdict(list)
 
-    async def load_history(self, ctx: RunContext) -> list[ChatMessage]:
-        reply = await self.bus.request(
-            subjects.HISTORY_LOAD,
-            HistoryLoad(session_id=ctx.session_id),
-            HISTORY_LOADED_DECODER,
+    async def open_session(self, ctx: RunContext, policy: ConcurrencyPolicy) -> SessionOpened:
+        return await self.bus.request(
+            subjects.SESSIONS_OPEN,
+            SessionOpen(session_id=ctx.session_id, policy=policy),
+            SESSION_OPENED_DECODER,
             ctx=ctx,
         )
-        return reply.messages
+
+    async def get_session(self, ctx: RunContext) -> SessionRecord:
+        reply = await self.bus.request(
+            subjects.SESSIONS_GET,
+            SessionGet(session_id=ctx.session_id),
+            SESSION_INFO_DECODER,
+            ctx=ctx,
+        )
+        return reply.record
+
+    async def update_state(
+        self, ctx: RunContext, key: str, value: Any, expected_revision: int
+    ) -> SessionRecord:
+        reply = await self.bus.request(
+            subjects.SESSIONS_STATE_UPDATE,
+            SessionStateUpdate(
+                session_id=ctx.session_id,
+                key=key,
+                value=value,
+                expected_revision=expected_revision,
+            ),
+            SESSION_INFO_DECODER,
+            ctx=ctx,
+        )
+        return reply.record
 
     async def search_memory(
-        self, ctx: RunContext, query: str, scope: SearchScope, limit: int
+        self, ctx: RunContext, query: str, policy: MemoryPolicy
     ) -> list[MemoryHit]:
+        scope = policy.search_scope
         reply = await self.bus.request(
             subjects.MEMORY_SEARCH,
-            MemorySearch(query=query[:8192], scope=scope, limit=limit),
+            MemorySearch(
+                query=query[:8192],
+                scope=scope if isinstance(scope, str) else "user",
+                match=None if isinstance(scope, str) else list(scope),
+                limit=policy.limit,
+                min_score=policy.min_score,
+            ),
             MEMORY_HITS_DECODER,
             ctx=ctx,
         )
@@ -61,15 +122,19 @@ class BusPorts:
         return reply.tools
 
     async def compact(
-        self, ctx: RunContext, messages: list[ChatMessage], max_tokens: int | None
-    ) -> list[ChatMessage]:
-        reply = await self.bus.request(
+        self, ctx: RunContext, messages: list[ChatMessage], policy: CompactionPolicy
+    ) -> CompactResult:
+        return await self.bus.request(
             subjects.COMPACTION_COMPACT,
-            CompactRequest(messages=messages, max_tokens=max_tokens),
+            CompactRequest(
+                messages=messages,
+                max_tokens=policy.max_tokens,
+                strategy=policy.strategy,
+                tokenizer=policy.tokenizer,
+            ),
             COMPACT_RESULT_DECODER,
             ctx=ctx,
         )
-        return reply.messages
 
     async def complete(
         self,
@@ -91,37 +156,91 @@ class BusPorts:
         )
 
     async def invoke_tool(
-        self, ctx: RunContext, call: FunctionCallContent
-    ) -> FunctionResultContent:
+        self, ctx: RunContext, call: FunctionCallContent, approval: ApprovalGrant | None = None
+    ) -> ToolInvoked:
         # A tool that is down or refuses the call is something the model can react to, so it
         # becomes an error result rather than a failed run.
         try:
-            reply = await self.bus.request(
+            return await self.bus.request(
                 subjects.tool_invoke(call.name),
-                ToolInvoke(call_id=call.call_id, name=call.name, arguments=call.arguments),
+                ToolInvoke(
+                    call_id=call.call_id,
+                    name=call.name,
+                    arguments=call.arguments,
+                    approval=approval,
+                ),
                 TOOL_INVOKED_DECODER,
                 ctx=ctx,
                 span_subject=subjects.TOOL_INVOKE_TEMPLATE,
             )
         except (RemoteError, Unavailable) as exc:
-            return FunctionResultContent(call_id=call.call_id, error=str(exc))
-        return reply.result
+            return ToolInvoked(result=FunctionResultContent(call_id=call.call_id, error=str(exc)))
 
-    async def append_history(self, ctx: RunContext, messages: list[ChatMessage]) -> None:
+    async def await_approval(
+        self, ctx: RunContext, call: FunctionCallContent, request: ApprovalRequest
+    ) -> ApprovalGrant:
+        assert self.approvals is not None, "the gateway opens the approvals bucket on start"
+        return await self.approvals.wait(
+            ctx.run_id, call.call_id, ctx.prop("tenant"), ctx.prop("user_id"), request
+        )
+
+    async def append_history(
+        self,
+        ctx: RunContext,
+        messages: list[ChatMessage],
+        *,
+        release: bool = False,
+        history_length: int | None = None,
+    ) -> None:
         await self.bus.request(
             subjects.HISTORY_APPEND,
-            HistoryAppend(session_id=ctx.session_id, messages=messages),
+            HistoryAppend(
+                session_id=ctx.session_id,
+                messages=messages,
+                release=release,
+                history_length=history_length,
+            ),
             HISTORY_APPENDED_DECODER,
             ctx=ctx,
         )
 
     async def store_memory(self, ctx: RunContext, texts: list[str]) -> None:
-        await self.bus.request(
-            subjects.MEMORY_STORE,
-            MemoryStore(texts=[t[:8192] for t in texts]),
-            MEMORY_STORED_DECODER,
-            ctx=ctx,
-        )
+        """Hand the statements to the memory service's write stream: the run waits for
+        JetStream's ack, not for embedding and upsert, and a crash loses no write."""
+        message = MemoryStore(texts=[t[:8192] for t in texts], sources=["external"] * len(texts))
+        data = encode(message)
+        try:
+            with self.bus.tracer.start_as_current_span(
+                f"send {subjects.MEMORY_WRITES}",
+                kind=SpanKind.PRODUCER,
+                attributes=messaging_attributes(
+                    subjects.MEMORY_WRITES, "send", message_size=len(data)
+                ),
+            ):
+                headers = ctx.to_headers()
+                headers[MSG_ID] = f"{ctx.run_id}:memory"
+                inject(headers)
+                await self.bus.nc.jetstream().publish(subjects.MEMORY_WRITES, data, headers=headers)
+        except nats.errors.NoRespondersError:
+            # No write stream (a memory service that never started): store it directly.
+            await self.bus.request(subjects.MEMORY_STORE, message, MEMORY_STORED_DECODER, ctx=ctx)
 
-    async def emit(self, ctx: RunContext, event: RunEvent) -> None:
-        await self.bus.publish(subjects.events(ctx.run_id), event, ctx=ctx)
+    async def emit(self, ctx: RunContext, event: RunEvent, *, event_id: str) -> None:
+        """Publish a run event into the events stream without waiting for its ack.
+
+        `Nats-Msg-Id` = `<run_id>:<event_id>`, so a resumed run that emits an event again is
+        stored once; `settle()` waits for the acks before the run request is acked.
+        """
+        headers = ctx.to_headers()
+        headers[MSG_ID] = f"{ctx.run_id}:{event_id}"
+        inject(headers)
+        ack = await self.bus.nc.jetstream().publish_async(
+            subjects.events(ctx.run_id), encode(event), headers=headers
+        )
+        self._event_acks[ctx.run_id].append(ack)
+
+    async def settle(self, run_id: str) -> None:
+        """Wait until every event of `run_id` is stored in the events stream."""
+        acks = self._event_acks.pop(run_id, [])
+        if acks:
+            await asyncio.gather(*acks)

@@ -1,15 +1,19 @@
 """The gateway service: pulls run requests from the durable work queue, authenticates them,
-runs them (`loop.execute_run`) and publishes their events. Replicas share one consumer."""
+runs them (`loop.execute_run`), publishes their events, keeps run records, and answers the
+authenticated client API (`runbus.api.*`). Replicas share one consumer."""
 
 import asyncio
 import contextlib
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Final, Self
 
+import msgspec
 import nats.errors
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import BadRequestError
 from opentelemetry.sdk.trace import TracerProvider
@@ -17,24 +21,63 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from runbus import headers as h
 from runbus import subjects
-from runbus.errors import InternalError, RunbusError, UnknownAgent
+from runbus.errors import InternalError, NotFound, RunbusError, UnknownAgent
 from runbus.messages import RunFailed, RunRequest, is_identifier
-from runbus.messages.runs import RUN_REQUEST_DECODER
-from runbus.service import Service, as_runbus_error
+from runbus.messages.runs import (
+    APPROVAL_DECIDE_DECODER,
+    RUN_CANCEL_DECODER,
+    RUN_GET_DECODER,
+    RUN_LIST_DECODER,
+    RUN_REQUEST_DECODER,
+    ApprovalDecide,
+    ApprovalDecided,
+    RunCancel,
+    RunCompleted,
+    RunGet,
+    RunInfo,
+    RunList,
+    RunListed,
+    RunRecord,
+)
+from runbus.service import Endpoint, Service, as_runbus_error
 from runbus.settings import Settings
 from runbus.telemetry import extract
 
 from .agents import AgentSpec, load_agents
-from .auth import TokenVerifier
-from .errors import AgentMismatch
+from .approvals import Approvals
+from .auth import Principal, TokenVerifier
+from .errors import AgentMismatch, DeadLettered, RunCancelled
+from .harness.runtime import Harness
 from .loop import execute_run
 from .ports import BusPorts
+from .runs import RETRYABLE, RunRecords, now, retry_delay
 
 DUPLICATE_WINDOW: Final = 600.0
 ACK_WAIT: Final = 30.0
-MAX_DELIVER: Final = 5
-EVENTS_MAX_AGE: Final = 3600.0
+MAX_ATTEMPTS: Final = 4
+"""Deliveries that may run; one more delivery only moves the request to the dead letters."""
+EVENTS_MAX_AGE: Final = 24 * 3600.0
+DEAD_MAX_AGE: Final = 7 * 24 * 3600.0
 PULL_WAIT: Final = 5.0
+STOP_GRACE: Final = 10.0
+"""Seconds a stopping gateway lets its runs finish before it cuts them off."""
+
+FORWARDED_API: Final = (
+    "memory.list",
+    "memory.find",
+    "memory.forget",
+    "memory.stats",
+    "sessions.get",
+    "sessions.list",
+    "sessions.state.update",
+    "sessions.export",
+    "sessions.import",
+    "sessions.delete",
+    "history.load",
+)
+"""Client operations the gateway authenticates and forwards to the owning service as they are."""
+
+RAW_DECODER: Final = msgspec.json.Decoder(msgspec.Raw)
 
 
 class GatewayService(Service):
@@ -49,17 +92,31 @@ class GatewayService(Service):
         verifier: TokenVerifier,
         run_concurrency: int = 64,
         run_timeout: float = 300.0,
+        replicas: int = 1,
+        ack_wait: float = ACK_WAIT,
+        stop_grace: float = STOP_GRACE,
         **kwargs: object,
     ) -> None:
         super().__init__(nc, **kwargs)  # type: ignore[arg-type]
+        self.ack_wait = ack_wait
+        self.stop_grace = stop_grace
+        """Seconds without a heartbeat after which JetStream gives a run to another replica."""
         self.agents = agents
+        self.harnesses = {name: Harness.from_config(a.harness) for name, a in agents.items()}
+        for name, harness in self.harnesses.items():
+            harness.check_tool_names(agents[name].tools)
         self.verifier = verifier
         self.run_concurrency = run_concurrency
         self.run_timeout = run_timeout
+        self.replicas = replicas
         self.ports = BusPorts(self.bus)
         self._pull_task: asyncio.Task[None] | None = None
         self._run_slots = asyncio.Semaphore(run_concurrency)
         self._stopping = asyncio.Event()
+        self._running: dict[str, asyncio.Task[RunCompleted]] = {}
+        self._cancelled: set[str] = set()
+        self._records: RunRecords | None = None
+        self._cancel_sub: Subscription | None = None
 
     @classmethod
     def from_settings(cls, nc: NATS, settings: Settings, tracer_provider: TracerProvider) -> Self:
@@ -71,9 +128,58 @@ class GatewayService(Service):
             ),
             run_concurrency=settings.run_concurrency,
             run_timeout=settings.run_timeout,
+            replicas=settings.stream_replicas,
             tracer_provider=tracer_provider,
             request_timeout=settings.request_timeout,
         )
+
+    @property
+    def records(self) -> RunRecords:
+        assert self._records is not None, "start() opens the run records"
+        return self._records
+
+    def endpoints(self) -> list[Endpoint]:
+        forwarded = [
+            Endpoint(
+                f"api-{op.replace('.', '-')}",
+                subjects.api(op),
+                RAW_DECODER,
+                self._forwarder(op),
+                span_subject=subjects.API_TEMPLATE,
+            )
+            for op in FORWARDED_API
+        ]
+        return [
+            Endpoint(
+                "api-runs-get",
+                subjects.api("runs.get"),
+                RUN_GET_DECODER,
+                self.on_run_get,
+                span_subject=subjects.API_TEMPLATE,
+            ),
+            Endpoint(
+                "api-runs-list",
+                subjects.api("runs.list"),
+                RUN_LIST_DECODER,
+                self.on_run_list,
+                span_subject=subjects.API_TEMPLATE,
+            ),
+            Endpoint(
+                "api-runs-cancel",
+                subjects.api("runs.cancel"),
+                RUN_CANCEL_DECODER,
+                self.on_run_cancel,
+                span_subject=subjects.API_TEMPLATE,
+            ),
+            Endpoint(
+                "api-approvals-decide",
+                subjects.api("approvals.decide"),
+                APPROVAL_DECIDE_DECODER,
+                self.on_approval_decide,
+                span_subject=subjects.API_TEMPLATE,
+            ),
+            *forwarded,
+        ]
 
     async def on_start(self) -> None:
         js = self.nc.jetstream()
@@ -84,6 +190,7 @@ class GatewayService(Service):
                 retention=RetentionPolicy.WORK_QUEUE,
                 storage=StorageType.FILE,
                 duplicate_window=DUPLICATE_WINDOW,
+                num_replicas=self.replicas,
             ),
             StreamConfig(
                 name=subjects.EVENTS_STREAM,
@@ -91,34 +198,58 @@ class GatewayService(Service):
                 retention=RetentionPolicy.LIMITS,
                 storage=StorageType.FILE,
                 max_age=EVENTS_MAX_AGE,
+                duplicate_window=DUPLICATE_WINDOW,
+                num_replicas=self.replicas,
+            ),
+            StreamConfig(
+                name=subjects.DEAD_STREAM,
+                subjects=[subjects.DEAD_ALL],
+                retention=RetentionPolicy.LIMITS,
+                storage=StorageType.FILE,
+                max_age=DEAD_MAX_AGE,
+                num_replicas=self.replicas,
             ),
         ):
             try:
                 await js.add_stream(config)
             except BadRequestError:
                 await js.update_stream(config)
+        self._records = await RunRecords.open(self.nc, replicas=self.replicas)
+        self.ports.approvals = await Approvals.open(self.nc, replicas=self.replicas)
         self._subscription = await js.pull_subscribe(
             subjects.RUNS_ALL,
             durable=subjects.RUNS_CONSUMER,
             stream=subjects.RUNS_STREAM,
             config=ConsumerConfig(
                 ack_policy=AckPolicy.EXPLICIT,
-                ack_wait=ACK_WAIT,
-                max_deliver=MAX_DELIVER,
+                ack_wait=self.ack_wait,
+                max_deliver=MAX_ATTEMPTS + 1,
                 max_ack_pending=-1,
             ),
         )
+        self._cancel_sub = await self.nc.subscribe(subjects.CANCEL_ALL, cb=self._on_cancel)
         self._pull_task = asyncio.create_task(self._pull_runs())
 
-    async def on_stop(self) -> None:
+    async def on_draining(self) -> None:
         self._stopping.set()
+        if self._cancel_sub is not None:
+            with contextlib.suppress(nats.errors.ConnectionClosedError):
+                await self._cancel_sub.unsubscribe()
         if self._pull_task is not None:
             self._pull_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._pull_task
-        # Runs in flight finish; what did not start stays in the queue for another replica.
-        for _ in range(self.run_concurrency):
-            await self._run_slots.acquire()
+        # Runs in flight may finish; what did not start stays queued for another replica, and
+        # what is cut off here is redelivered (and resumed) elsewhere, since it was never acked.
+        grace = 0.0 if self.nc.is_closed else self.stop_grace
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(grace):
+                for _ in range(self.run_concurrency):
+                    await self._run_slots.acquire()
+        for task in list(self._running.values()):
+            task.cancel()
+
+    # -- the run queue -------------------------------------------------------------------
 
     async def _pull_runs(self) -> None:
         """Pull one run per free slot, so a busy replica leaves the queue to the others.
@@ -150,9 +281,14 @@ class GatewayService(Service):
             self._run_slots.release()
 
     async def on_run(self, msg: Msg) -> None:
-        """One delivery of a run request: decode, authenticate, execute, publish, ack."""
+        """One delivery of a run request: admit, execute (or resume), publish, ack.
+
+        A retryable failure is redelivered with backoff; after MAX_ATTEMPTS the request moves
+        to the dead letters with its error and the run fails. Every other failure is final.
+        """
         headers = msg.headers or {}
         run_id = headers.get(h.MSG_ID, "")
+        attempt = msg.metadata.num_delivered if msg.metadata else 1
         with self.tracer.start_as_current_span(
             "process " + subjects.RUNS_TEMPLATE,
             context=extract(headers),
@@ -161,62 +297,130 @@ class GatewayService(Service):
                 "messaging.system": "nats",
                 "messaging.destination.name": msg.subject,
                 "messaging.operation.type": "process",
+                "messaging.consumer.group.name": subjects.RUNS_CONSUMER,
+                "runbus.attempt": attempt,
             },
         ) as span:
             heartbeat = asyncio.create_task(self._heartbeat(msg))
+            record: RunRecord | None = None
             try:
                 request = self._admit(msg)
                 run_id = request.run_id
+                span.set_attribute("runbus.run_id", run_id)
                 principal = self.verifier.verify(headers.get(h.AUTH))
                 agent = self.agents.get(request.agent)
                 if agent is None:
                     raise UnknownAgent(f"no agent named {request.agent!r}")
-                ctx = h.RunContext(
-                    run_id=run_id,
-                    session_id=request.session_id,
-                    agent=agent.name,
-                    props={
-                        "user_id": principal.user_id,
-                        "tenant": principal.tenant,
-                        "request_id": run_id,
-                    },
-                    deadline=time.time() + self.run_timeout,
+                record = self._record(request, principal, attempt)
+                if attempt > MAX_ATTEMPTS:
+                    raise DeadLettered(attempt - 1, "the gateway stopped during every attempt")
+                completed = await self._execute(request, agent, principal, record)
+                await self.ports.emit(
+                    self._ctx(request, principal), completed, event_id="completed"
                 )
-                span.set_attributes({"gen_ai.agent.name": agent.name, "runbus.run_id": run_id})
-                with self.tracer.start_as_current_span(
-                    f"invoke_agent {agent.name}",
-                    attributes={
-                        "gen_ai.operation.name": "invoke_agent",
-                        "gen_ai.agent.name": agent.name,
-                        "gen_ai.conversation.id": request.session_id,
-                    },
-                ):
-                    self.log.info(
-                        "run_started",
-                        run_id=run_id,
-                        agent=agent.name,
-                        user_id=principal.user_id,
-                        tenant=principal.tenant,
-                    )
-                    completed = await execute_run(request, agent, ctx, self.ports)
-                    await self.ports.emit(ctx, completed)
-                    self.log.info(
-                        "run_completed", run_id=run_id, output_tokens=completed.usage.output_tokens
-                    )
+                await asyncio.gather(
+                    self.ports.settle(run_id),
+                    self.records.put(
+                        msgspec.structs.replace(
+                            record, status="completed", text=completed.text, updated_at=now()
+                        )
+                    ),
+                )
             except Exception as exc:
                 error = as_runbus_error(exc)
                 span.set_status(Status(StatusCode.ERROR, error.message))
-                span.set_attribute("error.type", error.code)
-                if isinstance(error, InternalError):
-                    self.log.exception("run_failed", run_id=run_id)
-                else:
-                    self.log.info(
-                        "run_failed", run_id=run_id, code=error.code, reason=error.message
+                span.set_attribute("error.type", error.to_info().code)
+                if error.to_info().code in RETRYABLE and attempt < MAX_ATTEMPTS:
+                    self.log.warning(
+                        "run_retrying",
+                        run_id=run_id,
+                        attempt=attempt,
+                        code=error.to_info().code,
+                        reason=error.message,
                     )
-                await self._publish_failure(run_id, error)
+                    heartbeat.cancel()
+                    await msg.nak(delay=retry_delay(attempt))
+                    return
+                await self._fail(msg, run_id, record, error, attempt)
             finally:
                 heartbeat.cancel()
             await msg.ack()
+
+    async def _execute(
+        self, request: RunRequest, agent: AgentSpec, principal: Principal, record: RunRecord
+    ) -> RunCompleted:
+        ctx = self._ctx(request, principal)
+        # The `running` record is written alongside the run rather than before it; it is only
+        # a status for people, and it always lands before the final record (awaited below).
+        noted = asyncio.ensure_future(self.records.put(record))
+        with self.tracer.start_as_current_span(
+            f"invoke_agent {agent.name}",
+            attributes={
+                "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.agent.name": agent.name,
+                "gen_ai.conversation.id": request.session_id,
+                "runbus.run_id": request.run_id,
+                "runbus.tenant": principal.tenant,
+            },
+        ):
+            self.log.info(
+                "run_started",
+                run_id=request.run_id,
+                agent=agent.name,
+                user_id=principal.user_id,
+                tenant=principal.tenant,
+                attempt=record.attempts,
+            )
+            task = asyncio.ensure_future(
+                execute_run(request, agent, ctx, self.ports, self.harnesses[agent.name])
+            )
+            self._running[request.run_id] = task
+            try:
+                completed = await task
+            except asyncio.CancelledError:
+                if request.run_id not in self._cancelled or not task.cancelled():
+                    raise
+                raise RunCancelled(request.run_id) from None
+            finally:
+                self._running.pop(request.run_id, None)
+                self._cancelled.discard(request.run_id)
+                with contextlib.suppress(Exception):
+                    await noted
+            self.log.info(
+                "run_completed", run_id=request.run_id, output_tokens=completed.usage.output_tokens
+            )
+            return completed
+
+    def _ctx(self, request: RunRequest, principal: Principal) -> h.RunContext:
+        agent = self.agents.get(request.agent)
+        memory = agent.memory.search_props() if agent and agent.memory.offers_tool else {}
+        return h.RunContext(
+            run_id=request.run_id,
+            session_id=request.session_id,
+            agent=request.agent,
+            props={
+                "user_id": principal.user_id,
+                "tenant": principal.tenant,
+                "request_id": request.run_id,
+                **memory,
+            },
+            deadline=time.time() + self.run_timeout,
+        )
+
+    @staticmethod
+    def _record(request: RunRequest, principal: Principal, attempt: int) -> RunRecord:
+        stamp = now()
+        return RunRecord(
+            run_id=request.run_id,
+            agent=request.agent,
+            session_id=request.session_id,
+            tenant=principal.tenant,
+            user_id=principal.user_id,
+            status="running",
+            created_at=stamp,
+            updated_at=stamp,
+            attempts=attempt,
+        )
 
     def _admit(self, msg: Msg) -> RunRequest:
         request = RUN_REQUEST_DECODER.decode(msg.data)
@@ -225,17 +429,117 @@ class GatewayService(Service):
             raise AgentMismatch(subject_agent, request.agent)
         return request
 
-    async def _publish_failure(self, run_id: str, error: RunbusError) -> None:
+    async def _fail(
+        self, msg: Msg, run_id: str, record: RunRecord | None, error: RunbusError, attempt: int
+    ) -> None:
+        info = error.to_info()
+        if isinstance(error, InternalError):
+            self.log.exception("run_failed", run_id=run_id, attempt=attempt)
+        else:
+            self.log.info("run_failed", run_id=run_id, code=info.code, reason=error.message)
+        if info.code in RETRYABLE or isinstance(error, DeadLettered):
+            await self._dead_letter(msg, info.code, error.message)
+        if record is not None:
+            status = "cancelled" if isinstance(error, RunCancelled) else "failed"
+            with contextlib.suppress(Exception):
+                await self.records.put(
+                    msgspec.structs.replace(record, status=status, error=info, updated_at=now())
+                )
         if not is_identifier(run_id):
             # Not a subject-safe id: there is no events subject a client could be reading.
             self.log.info("run_failure_not_published", reason="no usable run id")
             return
         ctx = h.RunContext(run_id=run_id)
-        await self.ports.emit(ctx, RunFailed(run_id=run_id, error=error.to_info()))
+        await self.ports.emit(ctx, RunFailed(run_id=run_id, error=info), event_id="failed")
+        with contextlib.suppress(Exception):
+            await self.ports.settle(run_id)
+
+    async def _dead_letter(self, msg: Msg, code: str, message: str) -> None:
+        agent = msg.subject.rsplit(".", 1)[-1]
+        headers = dict(msg.headers or {})
+        headers.pop(h.MSG_ID, None)
+        headers.pop(h.AUTH, None)  # a credential does not belong in a long-kept stream
+        headers.update({h.ERROR: code, "rb-error-message": message[:1024]})
+        target = subjects.dead(agent if is_identifier(agent) else "unknown")
+        await self.nc.jetstream().publish(target, msg.data, headers=headers)
 
     async def _heartbeat(self, msg: Msg) -> None:
         """Tell JetStream the run is alive so a long run is not redelivered meanwhile."""
         while True:
-            await asyncio.sleep(ACK_WAIT / 3)
+            await asyncio.sleep(self.ack_wait / 3)
             with contextlib.suppress(Exception):
                 await msg.in_progress()
+
+    async def _on_cancel(self, msg: Msg) -> None:
+        run_id = msg.subject.rsplit(".", 1)[-1]
+        task = self._running.get(run_id)
+        if task is not None and not task.done():
+            self._cancelled.add(run_id)
+            task.cancel()
+            self.log.info("run_cancelling", run_id=run_id)
+
+    # -- the client API ------------------------------------------------------------------
+
+    def _principal(self, ctx: h.RunContext) -> Principal:
+        return self.verifier.verify(ctx.auth)
+
+    def _api_ctx(self, principal: Principal) -> h.RunContext:
+        # Built from the verified principal only: rb-prop-* headers a client sent are ignored.
+        return h.RunContext(
+            props={"user_id": principal.user_id, "tenant": principal.tenant},
+            deadline=time.time() + self.bus.request_timeout,
+        )
+
+    def _forwarder(self, op: str) -> Callable[[h.RunContext, msgspec.Raw], Awaitable[msgspec.Raw]]:
+        async def forward(ctx: h.RunContext, body: msgspec.Raw) -> msgspec.Raw:
+            trusted = self._api_ctx(self._principal(ctx))
+            return await self.bus.request(subjects.internal(op), body, RAW_DECODER, ctx=trusted)
+
+        return forward
+
+    async def on_run_get(self, ctx: h.RunContext, request: RunGet) -> RunInfo:
+        principal = self._principal(ctx)
+        record = await self.records.get(principal.tenant, principal.user_id, request.run_id)
+        if record is None:
+            raise NotFound(f"no run {request.run_id!r}")
+        return RunInfo(record=record)
+
+    async def on_run_list(self, ctx: h.RunContext, request: RunList) -> RunListed:
+        principal = self._principal(ctx)
+        records = await self.records.list(principal.tenant, principal.user_id)
+        if request.session_id is not None:
+            records = [r for r in records if r.session_id == request.session_id]
+        records.sort(key=lambda r: r.created_at, reverse=True)
+        return RunListed(records=records[: request.limit])
+
+    async def on_run_cancel(self, ctx: h.RunContext, request: RunCancel) -> RunInfo:
+        principal = self._principal(ctx)
+        record = await self.records.get(principal.tenant, principal.user_id, request.run_id)
+        if record is None:
+            raise NotFound(f"no run {request.run_id!r}")
+        if record.status == "running":
+            await self.nc.publish(subjects.run_cancel(request.run_id), b"")
+        return RunInfo(record=record)
+
+    async def on_approval_decide(
+        self, ctx: h.RunContext, request: ApprovalDecide
+    ) -> ApprovalDecided:
+        """A person approves or denies a call their run is waiting on; the first decision wins."""
+        principal = self._principal(ctx)
+        assert self.ports.approvals is not None
+        decision = await self.ports.approvals.decide(
+            request.run_id,
+            request.call_id,
+            principal.tenant,
+            principal.user_id,
+            request.decision,
+            request.note,
+        )
+        self.log.info(
+            "approval_decided",
+            run_id=request.run_id,
+            call_id=request.call_id,
+            decision=decision,
+            approver=principal.user_id,
+        )
+        return ApprovalDecided(run_id=request.run_id, call_id=request.call_id, decision=decision)

@@ -1,12 +1,22 @@
-"""History rules without a bus: what to store, how loaded messages are stamped."""
+"""History rules without a bus: what to store, how loaded history is repaired and stamped,
+who may see a session, how a run claims one."""
 
 import hashlib
+from collections.abc import Callable
+from datetime import UTC, datetime
 
 import msgspec
 
-from runbus.messages import ChatMessage
+from runbus.messages import ChatMessage, FunctionResultContent
+from runbus.messages.history import REPAIR_SUFFIX
+from runbus.messages.sessions import ConcurrencyPolicy, SessionRecord
 
-from .errors import MissingMessageId
+from .errors import MissingMessageId, SessionBusy, SessionNotFound
+
+RecordChange = Callable[[SessionRecord], SessionRecord]
+"""A pure change to a session record, re-applied on the latest revision if a write races."""
+
+ORPHAN_CALL_ERROR = "not executed: the run stopped before this call returned a result"
 
 
 class StoredBatch(msgspec.Struct, frozen=True, kw_only=True):
@@ -17,12 +27,15 @@ class StoredBatch(msgspec.Struct, frozen=True, kw_only=True):
 
 BATCH_ENCODER = msgspec.json.Encoder()
 BATCH_DECODER = msgspec.json.Decoder(StoredBatch)
+RECORD_DECODER = msgspec.json.Decoder(SessionRecord)
 
 
 def messages_to_store(messages: list[ChatMessage]) -> tuple[list[ChatMessage], int]:
     """The messages an append writes, and how many it skips.
 
-    A message stamped `chat_history` was loaded from here and is never stored again.
+    A message stamped `chat_history` was loaded from here and is never stored again. Whether
+    `context_provider` messages (memories, the todo list) are kept is the agent's choice, made
+    by the gateway: it sends them only when the agent opts in.
     """
     keep: list[ChatMessage] = []
     for index, message in enumerate(messages):
@@ -52,3 +65,107 @@ def loaded(batches: list[StoredBatch]) -> list[ChatMessage]:
             seen.add(message.message_id)
             out.append(msgspec.structs.replace(message, source="chat_history"))
     return out
+
+
+def repair(messages: list[ChatMessage]) -> list[ChatMessage]:
+    """A history a provider accepts: every function call answered, no result without its call.
+
+    A run that crashed, was cancelled or terminated can leave an assistant message whose calls
+    have no results; each orphan call gets a synthetic error result right after its message.
+    Results whose call is nowhere are dropped.
+    """
+    calls = {c.call_id for m in messages for c in m.function_calls}
+    answered = {r.call_id for m in messages for r in m.function_results}
+    out: list[ChatMessage] = []
+    for message in messages:
+        if message.role == "tool":
+            kept = [
+                c
+                for c in message.contents
+                if not isinstance(c, FunctionResultContent) or c.call_id in calls
+            ]
+            if kept:
+                out.append(
+                    message
+                    if len(kept) == len(message.contents)
+                    else msgspec.structs.replace(message, contents=kept)
+                )
+            continue
+        out.append(message)
+        orphans = [c for c in message.function_calls if c.call_id not in answered]
+        if orphans:
+            out.append(
+                ChatMessage(
+                    role="tool",
+                    contents=[
+                        FunctionResultContent(call_id=c.call_id, error=ORPHAN_CALL_ERROR)
+                        for c in orphans
+                    ],
+                    message_id=message.message_id + REPAIR_SUFFIX,
+                    created_at=message.created_at,
+                    source="chat_history",
+                )
+            )
+    return out
+
+
+def last_turns(messages: list[ChatMessage], turns: int | None) -> list[ChatMessage]:
+    """The last `turns` turns (a turn starts at a user message), whole; everything if None."""
+    if turns is None:
+        return messages
+    starts = [i for i, m in enumerate(messages) if m.role == "user"]
+    if len(starts) <= turns:
+        return messages
+    return messages[starts[-turns] :] if turns > 0 else []
+
+
+def owned(record: SessionRecord | None, user_id: str, session_id: str) -> SessionRecord:
+    """The record if `user_id` owns it; otherwise the same `not_found` as a missing one."""
+    if record is None or record.owner != user_id:
+        raise SessionNotFound(session_id)
+    return record
+
+
+def claim(
+    record: SessionRecord,
+    run_id: str,
+    deadline: float | None,
+    policy: ConcurrencyPolicy,
+    now: float,
+) -> tuple[SessionRecord, str | None]:
+    """The record claimed by `run_id`, and the run it displaces (policy `interrupt`).
+
+    Raises `SessionBusy` when another live run holds it and the policy is not `interrupt`
+    (for `enqueue` the caller waits and tries again). A claim past its expiry is stale.
+    """
+    holder = record.active_run
+    live = (
+        holder is not None
+        and holder != run_id
+        and (record.claim_expires is None or record.claim_expires > now)
+    )
+    displaced: str | None = None
+    if live:
+        assert holder is not None
+        if policy != "interrupt":
+            raise SessionBusy(record.session_id, holder)
+        displaced = holder
+    claimed = msgspec.structs.replace(
+        record,
+        active_run=run_id,
+        claim_expires=deadline,
+        updated_at=datetime.fromtimestamp(now, UTC),
+    )
+    return claimed, displaced
+
+
+def released(
+    record: SessionRecord, run_id: str, history_length: int | None, now: datetime
+) -> SessionRecord:
+    """The record after `run_id` finished: claim cleared if it still held it, length updated."""
+    changes: dict[str, object] = {"updated_at": now}
+    if record.active_run == run_id:
+        changes.update(active_run=None, claim_expires=None)
+    if history_length is not None:
+        changes["history_length"] = history_length
+    return msgspec.structs.replace(record, **changes)

@@ -1,6 +1,6 @@
 """Errors of the history service."""
 
-from runbus.errors import RunbusError, Unauthenticated
+from runbus.errors import BadRequest, NotFound, RunbusError, Unauthenticated
 
 
 class HistoryError(RunbusError):
@@ -8,15 +8,59 @@ class HistoryError(RunbusError):
 
 
 class MissingIdentity(Unauthenticated):
-    """A request reached history without the trusted tenant header the gateway sets."""
+    """A request reached history without the trusted headers the gateway sets."""
 
     def __init__(self) -> None:
-        super().__init__("history needs the trusted rb-prop-tenant header; call via the gateway")
+        super().__init__(
+            "history needs the trusted rb-prop-tenant and rb-prop-user_id headers; call via "
+            "the gateway"
+        )
 
 
-class MissingMessageId(HistoryError):
-    code = "bad_request"
-
+class MissingMessageId(BadRequest):
     def __init__(self, index: int) -> None:
         super().__init__(f"message {index} has no message_id; history stores each id once")
         self.index = index
+
+
+class SessionNotFound(NotFound):
+    """Said both when the session does not exist and when it belongs to someone else."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"no session {session_id!r}")
+        self.session_id = session_id
+
+
+class SessionBusy(HistoryError):
+    code = "session_busy"
+
+    def __init__(self, session_id: str, active_run: str) -> None:
+        super().__init__(
+            f"session {session_id!r} is in use by run {active_run!r} (policy `reject`)",
+            details={"active_run": active_run},
+        )
+        self.active_run = active_run
+
+
+class RevisionConflict(HistoryError):
+    code = "conflict"
+
+    def __init__(self, session_id: str, expected: int, actual: int) -> None:
+        super().__init__(
+            f"session {session_id!r} changed: expected revision {expected}, found {actual}",
+            details={"expected_revision": expected, "revision": actual},
+        )
+
+
+class SessionExists(HistoryError):
+    code = "conflict"
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"session {session_id!r} already exists; delete it before importing")
+
+
+class ForeignDocument(HistoryError):
+    code = "forbidden"
+
+    def __init__(self) -> None:
+        super().__init__("a session document can only be imported by its own tenant and owner")

@@ -1,65 +1,338 @@
-"""The history service: thin handlers over `core` (rules) and `store` (JetStream)."""
+"""The history service: thin handlers over `core` (rules), `store` (the history stream) and
+`records` (session records in KV)."""
 
-import re
-from typing import Self
+import asyncio
+import time
+from datetime import UTC, datetime
+from typing import Final, Self
 
+import msgspec
 from nats.aio.client import Client as NATS
 from opentelemetry.sdk.trace import TracerProvider
 
 from runbus import subjects
 from runbus.headers import RunContext
-from runbus.messages import HistoryAppend, HistoryAppended, HistoryLoad, HistoryLoaded
+from runbus.messages import (
+    ChatMessage,
+    HistoryAppend,
+    HistoryAppended,
+    HistoryLoad,
+    HistoryLoaded,
+    is_identifier,
+)
 from runbus.messages.history import HISTORY_APPEND_DECODER, HISTORY_LOAD_DECODER
+from runbus.messages.sessions import (
+    SESSION_DELETE_DECODER,
+    SESSION_EXPORT_DECODER,
+    SESSION_GET_DECODER,
+    SESSION_IMPORT_DECODER,
+    SESSION_LIST_DECODER,
+    SESSION_OPEN_DECODER,
+    SESSION_STATE_UPDATE_DECODER,
+    SessionDelete,
+    SessionDeleted,
+    SessionDocument,
+    SessionExport,
+    SessionExported,
+    SessionGet,
+    SessionImport,
+    SessionInfo,
+    SessionList,
+    SessionListed,
+    SessionOpen,
+    SessionOpened,
+    SessionRecord,
+    SessionStateUpdate,
+)
 from runbus.service import Endpoint, Service
 from runbus.settings import Settings
 
 from . import core, store
-from .errors import MissingIdentity
+from .errors import (
+    ForeignDocument,
+    MissingIdentity,
+    RevisionConflict,
+    SessionExists,
+    SessionNotFound,
+)
+from .records import SessionRecords, StaleRevision
 
-SAFE_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,128}")
+CAS_ATTEMPTS: Final = 20
+IMPORT_CHUNK: Final = 100
+
+
+class Caller(msgspec.Struct, frozen=True):
+    tenant: str
+    user_id: str
+
+
+def caller(ctx: RunContext) -> Caller:
+    tenant, user_id = ctx.prop("tenant"), ctx.prop("user_id")
+    if not is_identifier(tenant) or not is_identifier(user_id):
+        raise MissingIdentity()
+    return Caller(tenant, user_id)
 
 
 class HistoryService(Service):
     name = "history"
-    description = "Chat history per session, on JetStream"
+    description = "Chat history and session records, on JetStream"
+
+    def __init__(
+        self,
+        nc: NATS,
+        *,
+        replicas: int = 1,
+        max_age: float = 0.0,
+        max_appends_per_session: int = 0,
+        **kwargs: object,
+    ) -> None:
+        super().__init__(nc, **kwargs)  # type: ignore[arg-type]
+        self.replicas = replicas
+        self.max_age = max_age
+        self.max_appends_per_session = max_appends_per_session
+        self._records: SessionRecords | None = None
 
     @classmethod
     def from_settings(cls, nc: NATS, settings: Settings, tracer_provider: TracerProvider) -> Self:
-        return cls(nc, tracer_provider=tracer_provider, request_timeout=settings.request_timeout)
+        return cls(
+            nc,
+            replicas=settings.stream_replicas,
+            max_age=settings.history_max_age,
+            max_appends_per_session=settings.history_max_appends,
+            tracer_provider=tracer_provider,
+            request_timeout=settings.request_timeout,
+        )
 
     def endpoints(self) -> list[Endpoint]:
         return [
             Endpoint("append", subjects.HISTORY_APPEND, HISTORY_APPEND_DECODER, self.on_append),
             Endpoint("load", subjects.HISTORY_LOAD, HISTORY_LOAD_DECODER, self.on_load),
+            Endpoint("open", subjects.SESSIONS_OPEN, SESSION_OPEN_DECODER, self.on_open),
+            Endpoint("get", subjects.SESSIONS_GET, SESSION_GET_DECODER, self.on_get),
+            Endpoint("list", subjects.SESSIONS_LIST, SESSION_LIST_DECODER, self.on_list),
+            Endpoint(
+                "state-update",
+                subjects.SESSIONS_STATE_UPDATE,
+                SESSION_STATE_UPDATE_DECODER,
+                self.on_state_update,
+            ),
+            Endpoint("export", subjects.SESSIONS_EXPORT, SESSION_EXPORT_DECODER, self.on_export),
+            Endpoint("import", subjects.SESSIONS_IMPORT, SESSION_IMPORT_DECODER, self.on_import),
+            Endpoint("delete", subjects.SESSIONS_DELETE, SESSION_DELETE_DECODER, self.on_delete),
         ]
 
     async def on_start(self) -> None:
-        await store.ensure_stream(self.nc)
+        await store.ensure_stream(
+            self.nc,
+            replicas=self.replicas,
+            max_age=self.max_age,
+            max_per_session=self.max_appends_per_session,
+        )
+        self._records = await SessionRecords.open(self.nc, replicas=self.replicas)
 
-    async def on_append(self, ctx: RunContext, request: HistoryAppend) -> HistoryAppended:
-        subject = self._subject(ctx, request.session_id)
-        to_store, skipped = core.messages_to_store(request.messages)
-        if not to_store:
-            return HistoryAppended(stored=0, skipped=skipped)
-        data = core.BATCH_ENCODER.encode(core.StoredBatch(messages=to_store))
-        fresh = await store.append(self.nc, subject, data, core.batch_id(subject, to_store))
-        if not fresh:
-            return HistoryAppended(stored=0, skipped=len(request.messages))
-        return HistoryAppended(stored=len(to_store), skipped=skipped)
+    @property
+    def records(self) -> SessionRecords:
+        assert self._records is not None, "start() opens the records bucket"
+        return self._records
+
+    # -- history -------------------------------------------------------------------------
 
     async def on_load(self, ctx: RunContext, request: HistoryLoad) -> HistoryLoaded:
-        subject = self._subject(ctx, request.session_id)
+        who = caller(ctx)
+        reading = asyncio.ensure_future(self._read(ctx, who, request.session_id))
+        try:
+            core.owned(
+                await self.records.get(who.tenant, request.session_id),
+                who.user_id,
+                request.session_id,
+            )
+        except BaseException:
+            reading.cancel()
+            raise
+        messages = core.repair(await reading)
+        return HistoryLoaded(messages=core.last_turns(messages, request.last_turns))
+
+    async def on_append(self, ctx: RunContext, request: HistoryAppend) -> HistoryAppended:
+        who = caller(ctx)
+        record = core.owned(
+            await self.records.get(who.tenant, request.session_id),
+            who.user_id,
+            request.session_id,
+        )
+        to_store, skipped = core.messages_to_store(request.messages)
+        stored = 0
+        if to_store:
+            subject = subjects.history_log(who.tenant, request.session_id)
+            data = core.BATCH_ENCODER.encode(core.StoredBatch(messages=to_store))
+            fresh = await store.append(self.nc, subject, data, core.batch_id(subject, to_store))
+            stored, skipped = (len(to_store), skipped) if fresh else (0, len(request.messages))
+        if request.release:
+            await self._update(
+                record,
+                lambda r: core.released(r, ctx.run_id, request.history_length, datetime.now(UTC)),
+            )
+        return HistoryAppended(stored=stored, skipped=skipped)
+
+    # -- sessions ------------------------------------------------------------------------
+
+    async def on_open(self, ctx: RunContext, request: SessionOpen) -> SessionOpened:
+        """Create-or-check the session, claim it for the run, and load its history."""
+        who = caller(ctx)
+        reading = asyncio.ensure_future(self._read(ctx, who, request.session_id))
+        try:
+            record, created = await self._get_or_create(ctx, who, request.session_id)
+            displaced: list[str] = []
+
+            def claim(current: SessionRecord) -> SessionRecord:
+                claimed, previous = core.claim(
+                    current, ctx.run_id, ctx.deadline, request.policy, time.time()
+                )
+                displaced[:] = [previous] if previous else []
+                return claimed
+
+            record = await self._update(record, claim)
+        except BaseException:
+            reading.cancel()
+            raise
+        if displaced:
+            # The displaced run stops at its next step; its messages so far stay in history.
+            await self.nc.publish(subjects.run_cancel(displaced[0]), b"")
+        messages = core.repair(await reading)
+        return SessionOpened(
+            record=record,
+            messages=core.last_turns(messages, request.last_turns),
+            created=created,
+            interrupted_run=displaced[0] if displaced else None,
+        )
+
+    async def on_get(self, ctx: RunContext, request: SessionGet) -> SessionInfo:
+        who = caller(ctx)
+        record = await self.records.get(who.tenant, request.session_id)
+        return SessionInfo(record=core.owned(record, who.user_id, request.session_id))
+
+    async def on_list(self, ctx: RunContext, request: SessionList) -> SessionListed:
+        who = caller(ctx)
+        mine = [r for r in await self.records.list(who.tenant) if r.owner == who.user_id]
+        mine.sort(key=lambda r: r.updated_at, reverse=True)
+        return SessionListed(records=mine[: request.limit])
+
+    async def on_state_update(self, ctx: RunContext, request: SessionStateUpdate) -> SessionInfo:
+        who = caller(ctx)
+        record = core.owned(
+            await self.records.get(who.tenant, request.session_id),
+            who.user_id,
+            request.session_id,
+        )
+        if request.expected_revision is not None and request.expected_revision != record.revision:
+            raise RevisionConflict(request.session_id, request.expected_revision, record.revision)
+
+        def change(current: SessionRecord) -> SessionRecord:
+            state = dict(current.state)
+            if request.value is None:
+                state.pop(request.key, None)
+            else:
+                state[request.key] = request.value
+            return msgspec.structs.replace(current, state=state, updated_at=datetime.now(UTC))
+
+        if request.expected_revision is not None:
+            try:
+                updated = await self.records.update(change(record))
+            except StaleRevision:
+                latest = await self.records.get(who.tenant, request.session_id)
+                raise RevisionConflict(
+                    request.session_id,
+                    request.expected_revision,
+                    latest.revision if latest else 0,
+                ) from None
+        else:
+            updated = await self._update(record, change)
+        return SessionInfo(record=updated)
+
+    async def on_export(self, ctx: RunContext, request: SessionExport) -> SessionExported:
+        who = caller(ctx)
+        record = core.owned(
+            await self.records.get(who.tenant, request.session_id),
+            who.user_id,
+            request.session_id,
+        )
+        messages = await self._read(ctx, who, request.session_id)
+        return SessionExported(
+            document=SessionDocument(
+                record=msgspec.structs.replace(record, revision=0), messages=messages
+            )
+        )
+
+    async def on_import(self, ctx: RunContext, request: SessionImport) -> SessionInfo:
+        who = caller(ctx)
+        record = request.document.record
+        if record.tenant != who.tenant or record.owner != who.user_id:
+            raise ForeignDocument()
+        if not is_identifier(record.session_id):
+            raise SessionNotFound(record.session_id)
+        subject = subjects.history_log(who.tenant, record.session_id)
+        await store.purge(self.nc, subject)
+        created = await self.records.create(msgspec.structs.replace(record, revision=0))
+        if created is None:
+            raise SessionExists(record.session_id)
+        messages = request.document.messages
+        for start in range(0, len(messages), IMPORT_CHUNK):
+            chunk = messages[start : start + IMPORT_CHUNK]
+            data = core.BATCH_ENCODER.encode(core.StoredBatch(messages=chunk))
+            await store.append(self.nc, subject, data, core.batch_id(subject, chunk))
+        return SessionInfo(record=created)
+
+    async def on_delete(self, ctx: RunContext, request: SessionDelete) -> SessionDeleted:
+        who = caller(ctx)
+        core.owned(
+            await self.records.get(who.tenant, request.session_id),
+            who.user_id,
+            request.session_id,
+        )
+        await store.purge(self.nc, subjects.history_log(who.tenant, request.session_id))
+        await self.records.delete(who.tenant, request.session_id)
+        return SessionDeleted(session_id=request.session_id)
+
+    # -- helpers -------------------------------------------------------------------------
+
+    async def _read(self, ctx: RunContext, who: Caller, session_id: str) -> list[ChatMessage]:
         left = ctx.time_left()
         timeout = self.bus.request_timeout if left is None else min(left, self.bus.request_timeout)
+        subject = subjects.history_log(who.tenant, session_id)
         batches = [
             core.BATCH_DECODER.decode(data)
             async for data in store.read_subject(self.nc, subject, timeout)
         ]
-        return HistoryLoaded(messages=core.loaded(batches))
+        return core.loaded(batches)
 
-    @staticmethod
-    def _subject(ctx: RunContext, session_id: str) -> str:
-        tenant = ctx.prop("tenant")
-        if not tenant or not SAFE_TOKEN.fullmatch(tenant):
-            raise MissingIdentity()
-        return subjects.history_log(tenant, session_id)
+    async def _get_or_create(
+        self, ctx: RunContext, who: Caller, session_id: str
+    ) -> tuple[SessionRecord, bool]:
+        record = await self.records.get(who.tenant, session_id)
+        if record is None:
+            now = datetime.now(UTC)
+            record = await self.records.create(
+                SessionRecord(
+                    session_id=session_id,
+                    tenant=who.tenant,
+                    owner=who.user_id,
+                    agent=ctx.agent,
+                    created_at=now,
+                    updated_at=now,
+                )
+            )
+            if record is not None:
+                return record, True
+            record = await self.records.get(who.tenant, session_id)  # lost a creation race
+        return core.owned(record, who.user_id, session_id), False
+
+    async def _update(self, record: SessionRecord, change: "core.RecordChange") -> SessionRecord:
+        """Apply `change` with compare-and-set, re-reading and retrying when another writer won."""
+        for _ in range(CAS_ATTEMPTS):
+            try:
+                return await self.records.update(change(record))
+            except StaleRevision:
+                latest = await self.records.get(record.tenant, record.session_id)
+                if latest is None:
+                    raise SessionNotFound(record.session_id) from None
+                record = latest
+        raise RevisionConflict(record.session_id, record.revision, record.revision)

@@ -17,7 +17,9 @@ DUPLICATE_WINDOW: Final = 120.0
 DIRECT_GET_BATCH: Final = 256
 
 
-async def ensure_stream(nc: NATS, *, replicas: int = 1) -> None:
+async def ensure_stream(
+    nc: NATS, *, replicas: int = 1, max_age: float = 0.0, max_per_session: int = 0
+) -> None:
     js = nc.jetstream()
     config = StreamConfig(
         name=subjects.HISTORY_STREAM,
@@ -26,6 +28,8 @@ async def ensure_stream(nc: NATS, *, replicas: int = 1) -> None:
         duplicate_window=DUPLICATE_WINDOW,
         allow_direct=True,
         num_replicas=replicas,
+        max_age=max_age or None,
+        max_msgs_per_subject=max_per_session or -1,
     )
     try:
         await js.add_stream(config)
@@ -37,6 +41,11 @@ async def append(nc: NATS, subject: str, data: bytes, msg_id: str) -> bool:
     """Store one batch; False if JetStream had it already (a retried append)."""
     ack = await nc.jetstream().publish(subject, data, headers={"Nats-Msg-Id": msg_id})
     return not ack.duplicate
+
+
+async def purge(nc: NATS, subject: str) -> None:
+    """Remove every message stored on `subject`."""
+    await nc.jetstream().purge_stream(subjects.HISTORY_STREAM, subject=subject)
 
 
 async def read_subject(nc: NATS, subject: str, timeout: float) -> AsyncIterator[bytes]:

@@ -7,28 +7,34 @@ from pathlib import Path
 from typing import Final
 
 from qdrant_edge import (
+    CountRequest,
     Distance,
     EdgeConfig,
     EdgeShard,
     EdgeVectorParams,
     FieldCondition,
     Filter,
+    HasIdCondition,
+    IsEmptyCondition,
     KeywordIndexParams,
     MatchValue,
     PayloadSchemaType,
     Point,
     Query,
     QueryRequest,
+    ScrollRequest,
     UpdateOperation,
 )
 
-from .core import MemoryRecord
-from .errors import VectorSizeMismatch
-from .stores import KEYWORD_FIELDS
+from .core import Match, MemoryRecord
+from .errors import EmbedderMismatch, VectorSizeMismatch
+from .stores import EMBEDDER_KEY, KEYWORD_FIELDS, UNRECORDED_EMBEDDER
 
 # The shard writes its config here on create; reading it lets a size mismatch be named before
 # the engine refuses the load with an untyped `Exception`.
 CONFIG_FILE: Final = "edge_config.json"
+EMBEDDER_FILE: Final = "runbus_embedder.json"
+"""Beside the shard: `{"runbus_embedder": <name>}`, the embedder of its vectors."""
 # The unnamed vector: `EdgeVectorParams` alone configures it, `Point(vector=[...])` and
 # `Query.Nearest(...)` without `using` address it.
 VECTOR: Final = ""
@@ -43,6 +49,8 @@ class EdgeStore:
     upsert and its flush never interleave with another write or with `close`.
     """
 
+    kind = "edge"
+
     def __init__(
         self, shard: EdgeShard, dimension: int, path: Path, *, flush_interval: float = 1.0
     ) -> None:
@@ -55,45 +63,90 @@ class EdgeStore:
         self._closed = False
 
     @classmethod
-    async def open(cls, path: Path, dimension: int, *, flush_interval: float = 1.0) -> "EdgeStore":
+    async def open(
+        cls,
+        path: Path,
+        dimension: int,
+        *,
+        embedder: str | None = None,
+        flush_interval: float = 1.0,
+    ) -> "EdgeStore":
         """Open the shard at `path`, creating it (and the directory) if there is none yet.
 
+        `embedder` names the model of the vectors; a shard made by another one is refused.
         `flush_interval`: seconds an upsert may wait for its fsync; 0 flushes every write.
         """
         shard = await asyncio.to_thread(_open_shard, path, dimension)
+        try:
+            if embedder is not None:
+                await asyncio.to_thread(_check_embedder, shard, path, embedder)
+        except BaseException:
+            await asyncio.to_thread(shard.close)
+            raise
         return cls(shard, dimension, path, flush_interval=flush_interval)
 
     async def upsert(self, records: list[MemoryRecord], vectors: list[list[float]]) -> None:
         points = [Point(r.memory_id, v, r.payload()) for r, v in zip(records, vectors, strict=True)]
-        async with self._write_lock:
-            await asyncio.to_thread(self.shard.update, UpdateOperation.upsert_points(points))
-            if self.flush_interval <= 0:
-                await asyncio.to_thread(self.shard.flush)
-                return
         # The shard's WAL already survives a process crash; the flush (an fsync, 3-10 ms here,
         # holding the GIL) is what survives an OS crash. Coalescing flushes keeps that cost off
-        # every run's critical path and bounds what an OS crash can lose to `flush_interval`.
-        if self._flush_task is None or self._flush_task.done():
-            self._flush_task = asyncio.create_task(self._flush_later())
+        # every write and bounds what an OS crash can lose to `flush_interval`.
+        await self._update(UpdateOperation.upsert_points(points))
 
     async def _flush_later(self) -> None:
         await asyncio.sleep(self.flush_interval)
         async with self._write_lock:
             await asyncio.to_thread(self.shard.flush)
 
+    async def _update(self, operation: UpdateOperation) -> None:
+        async with self._write_lock:
+            await asyncio.to_thread(self.shard.update, operation)
+            if self.flush_interval <= 0:
+                await asyncio.to_thread(self.shard.flush)
+                return
+        self._schedule_flush()
+
+    def _schedule_flush(self) -> None:
+        if self._flush_task is None or self._flush_task.done():
+            self._flush_task = asyncio.create_task(self._flush_later())
+
     async def search(
-        self, vector: list[float], match: dict[str, str], limit: int
+        self, vector: list[float], match: Match, limit: int, min_score: float | None = None
     ) -> list[tuple[MemoryRecord, float]]:
         request = QueryRequest(
             limit=limit,
             query=Query.Nearest(vector),
-            filter=Filter(
-                must=[FieldCondition(key, match=MatchValue(value)) for key, value in match.items()]
-            ),
+            filter=_filter(match),
+            score_threshold=min_score,
             with_payload=True,
         )
         found = await asyncio.to_thread(self.shard.query, request)
         return [(MemoryRecord.from_payload(str(p.id), p.payload or {}), p.score) for p in found]
+
+    async def scroll(
+        self, match: Match, limit: int, cursor: str | None = None
+    ) -> tuple[list[MemoryRecord], str | None]:
+        request = ScrollRequest(
+            offset=cursor, limit=limit, filter=_filter(match), with_payload=True, with_vector=False
+        )
+        points, next_offset = await asyncio.to_thread(self.shard.scroll, request)
+        records = [MemoryRecord.from_payload(str(p.id), p.payload or {}) for p in points]
+        return records, None if next_offset is None else str(next_offset)
+
+    async def delete(self, match: Match, memory_ids: list[str] | None = None) -> int:
+        selector = _filter(match, memory_ids)
+        async with self._write_lock:
+            doomed = await asyncio.to_thread(self.shard.count, CountRequest(filter=selector))
+            if doomed:
+                await asyncio.to_thread(
+                    self.shard.update, UpdateOperation.delete_points_by_filter(selector)
+                )
+                # Forgetting is what a person asked for: it reaches the disk now.
+                await asyncio.to_thread(self.shard.flush)
+        return int(doomed)
+
+    async def count(self, match: Match) -> int:
+        counted = await asyncio.to_thread(self.shard.count, CountRequest(filter=_filter(match)))
+        return int(counted)
 
     async def close(self) -> None:
         if self._flush_task is not None and not self._flush_task.done():
@@ -126,6 +179,27 @@ def _open_shard(path: Path, dimension: int) -> EdgeShard:
     return shard
 
 
+def _filter(match: Match, memory_ids: list[str] | None = None) -> Filter:
+    must: list[FieldCondition | HasIdCondition] = [
+        FieldCondition(key, match=MatchValue(value)) for key, value in match.items()
+    ]
+    if memory_ids is not None:
+        must.append(HasIdCondition(set(memory_ids)))
+    return Filter(must=must)  # type: ignore[arg-type]  # the stub's list is invariant
+
+
+def _check_embedder(shard: EdgeShard, path: Path, embedder: str) -> None:
+    marker = path / EMBEDDER_FILE
+    try:
+        recorded = json.loads(marker.read_text()).get(EMBEDDER_KEY)
+    except (OSError, ValueError, AttributeError):
+        recorded = UNRECORDED_EMBEDDER if shard.info().points_count > 0 else None
+    if recorded is not None and recorded != embedder:
+        raise EmbedderMismatch(str(path), str(recorded), embedder)
+    if recorded is None:
+        marker.write_text(json.dumps({EMBEDDER_KEY: embedder}) + "\n")
+
+
 def _persisted_size(path: Path) -> int | None:
     """Vector size the shard was created with, or None when the file does not say."""
     try:
@@ -147,3 +221,9 @@ def _ensure_indexes(shard: EdgeShard) -> None:
     for field in KEYWORD_FIELDS:
         if field not in indexed:
             shard.update(UpdateOperation.create_field_index(field, PayloadSchemaType.Keyword))
+    # Memories stored before applications existed belong to no application.
+    shard.update(
+        UpdateOperation.set_payload_by_filter(
+            Filter(must=[IsEmptyCondition("application_id")]), {"application_id": ""}
+        )
+    )

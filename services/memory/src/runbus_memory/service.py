@@ -1,26 +1,81 @@
-"""The memory service: store under the full storage scope, search in the agent's search scope."""
+"""The memory service: store under the full storage scope (request/reply, or off the run's path
+through the `runbus.memory.writes` stream), search in the agent's search scope, answer the
+`memory_search` tool with the scope forced, and list / forget / count a user's memories."""
 
 import asyncio
-from datetime import UTC, datetime
+import contextlib
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Self
+from typing import Final, Self
 
+import msgspec
+import nats.errors
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StorageType, StreamConfig
+from nats.js.client import JetStreamContext
+from nats.js.errors import BadRequestError
 from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from runbus import subjects
+from runbus.errors import BadRequest, InternalError
 from runbus.headers import RunContext
-from runbus.messages import MemoryHit, MemoryHits, MemorySearch, MemoryStore, MemoryStored
-from runbus.messages.memory import MEMORY_SEARCH_DECODER, MEMORY_STORE_DECODER
-from runbus.service import Endpoint, Service
+from runbus.messages import FunctionResultContent, ToolInvoke, ToolInvoked
+from runbus.messages.memory import (
+    MEMORY_FORGET_DECODER,
+    MEMORY_LIST_DECODER,
+    MEMORY_SEARCH_DECODER,
+    MEMORY_SEARCH_TOOL,
+    MEMORY_STATS_DECODER,
+    MEMORY_STORE_DECODER,
+    MemoryForget,
+    MemoryForgotten,
+    MemoryHit,
+    MemoryHits,
+    MemoryList,
+    MemoryListed,
+    MemorySearch,
+    MemoryStatistics,
+    MemoryStats,
+    MemoryStore,
+    MemoryStored,
+)
+from runbus.messages.tools import TOOL_INVOKE_DECODER
+from runbus.service import Endpoint, Service, as_runbus_error
 from runbus.settings import Settings
+from runbus.telemetry import extract, messaging_attributes
 
-from .core import MemoryRecord, StorageScope, memory_id
+from .core import (
+    MemoryRecord,
+    StorageScope,
+    forget_selector,
+    records_to_store,
+    search_match,
+    tool_search,
+)
 from .edge import EdgeStore
-from .embedder import Embedder, HashingEmbedder
-from .errors import StoreNotConfigured
+from .embedder import Embedder, embedder_from_settings
+from .errors import FindOutsideOwnScope, StoreNotConfigured
+from .memories import Memories
 from .stores import MemoryStore as Store
 from .stores import QdrantClientStore
+
+WRITES_MAX_AGE: Final = 7 * 24 * 3600.0
+"""A write nobody could store for a week is dropped (a store that long down is an incident)."""
+DUPLICATE_WINDOW: Final = 600.0
+"""Publishes with the same `Nats-Msg-Id` within this window are stored once by JetStream."""
+ACK_WAIT: Final = 30.0
+WRITE_BATCH: Final = 64
+"""Writes embedded and upserted together at most."""
+PULL_WAIT: Final = 5.0
+RETRY_DELAYS: Final = (1.0, 2.0, 5.0, 15.0, 60.0)
+"""Backoff of a write that failed to store, by delivery; the last one repeats. There is no
+delivery limit: a write waits out an embedder or store outage instead of being lost."""
+FETCH_TURNS: Final = 8
+SETTLE_WAIT: Final = 0.5
+"""Seconds a search waits for writes this replica already holds, so a fact stated in one run
+is found by the next one (read-your-writes within a replica)."""
 
 
 class MemoryService(Service):
@@ -31,27 +86,50 @@ class MemoryService(Service):
         self,
         nc: NATS,
         *,
-        embedder: Embedder,
+        embedder: Embedder | None = None,
+        embedder_factory: Callable[[], Awaitable[Embedder]] | None = None,
         store: Store | None = None,
         qdrant_url: str | None = None,
         data_dir: Path | None = None,
+        replicas: int = 1,
+        write_ack_wait: float = ACK_WAIT,
         **kwargs: object,
     ) -> None:
-        """`store` wins (tests inject one); else a Qdrant server at `qdrant_url`; else the
-        embedded shard in `data_dir`."""
+        """`embedder` (or `embedder_factory`, awaited at start); `store` wins (tests inject
+        one), else a Qdrant server at `qdrant_url`, else the embedded shard in `data_dir`.
+        `replicas`: of the writes stream; `write_ack_wait`: seconds before an unacked write
+        (its replica died) is delivered again."""
         super().__init__(nc, **kwargs)  # type: ignore[arg-type]
+        if embedder is None and embedder_factory is None:
+            raise TypeError("MemoryService needs an embedder or an embedder_factory")
         self.embedder = embedder
+        self.embedder_factory = embedder_factory
         self.store = store
         self.qdrant_url = qdrant_url
         self.data_dir = data_dir
+        self.replicas = replicas
+        self.write_ack_wait = write_ack_wait
+        self._memories: Memories | None = None
+        self._writes: JetStreamContext.PullSubscription | None = None
+        self._pull_task: asyncio.Task[None] | None = None
+        self._store_task: asyncio.Task[None] | None = None
+        self._inbox: asyncio.Queue[Msg] = asyncio.Queue(maxsize=WRITE_BATCH)
+        self._writing: asyncio.Future[None] | None = None
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._unscoped_logged: set[str] = set()
 
     @classmethod
     def from_settings(cls, nc: NATS, settings: Settings, tracer_provider: TracerProvider) -> Self:
+        async def load_embedder() -> Embedder:
+            return await embedder_from_settings(settings)
+
         return cls(
             nc,
-            embedder=HashingEmbedder(),
+            embedder_factory=load_embedder,
             qdrant_url=settings.qdrant_url,
             data_dir=settings.data_path / "qdrant",
+            replicas=settings.stream_replicas,
             tracer_provider=tracer_provider,
             request_timeout=settings.request_timeout,
         )
@@ -60,55 +138,332 @@ class MemoryService(Service):
         return [
             Endpoint("store", subjects.MEMORY_STORE, MEMORY_STORE_DECODER, self.on_store),
             Endpoint("search", subjects.MEMORY_SEARCH, MEMORY_SEARCH_DECODER, self.on_search),
+            Endpoint("find", subjects.MEMORY_FIND, MEMORY_SEARCH_DECODER, self.on_find),
+            Endpoint("list", subjects.MEMORY_LIST, MEMORY_LIST_DECODER, self.on_list),
+            Endpoint("forget", subjects.MEMORY_FORGET, MEMORY_FORGET_DECODER, self.on_forget),
+            Endpoint("stats", subjects.MEMORY_STATS, MEMORY_STATS_DECODER, self.on_stats),
+            Endpoint(
+                "invoke-memory_search",
+                subjects.tool_invoke(MEMORY_SEARCH_TOOL.name),
+                TOOL_INVOKE_DECODER,
+                self.on_tool_search,
+                span_subject=subjects.TOOL_INVOKE_TEMPLATE,
+            ),
         ]
+
+    # -- start and stop -------------------------------------------------------------------
 
     async def on_start(self) -> None:
+        if self.embedder is None:
+            assert self.embedder_factory is not None
+            self.embedder = await self.embedder_factory()
         if self.store is None:
-            self.store = await self._open_store()
+            self.store = await self._open_store(self.embedder.dimension, self.embedder.name)
+        self._memories = Memories(self.embedder, self.store)
+        js = self.nc.jetstream()
+        config = StreamConfig(
+            name=subjects.MEMORY_WRITES_STREAM,
+            subjects=[subjects.MEMORY_WRITES],
+            retention=RetentionPolicy.WORK_QUEUE,
+            storage=StorageType.FILE,
+            max_age=WRITES_MAX_AGE,
+            duplicate_window=DUPLICATE_WINDOW,
+            num_replicas=self.replicas,
+        )
+        try:
+            await js.add_stream(config)
+        except BadRequestError:
+            await js.update_stream(config)
+        self._writes = await js.pull_subscribe(
+            subjects.MEMORY_WRITES,
+            durable=subjects.MEMORY_WRITES_CONSUMER,
+            stream=subjects.MEMORY_WRITES_STREAM,
+            config=ConsumerConfig(
+                ack_policy=AckPolicy.EXPLICIT,
+                ack_wait=self.write_ack_wait,
+                max_deliver=-1,
+                max_ack_pending=-1,
+            ),
+        )
+        self._pull_task = asyncio.create_task(self._pull_writes())
+        self._store_task = asyncio.create_task(self._store_writes())
 
-    async def _open_store(self) -> Store:
+    async def _open_store(self, dimension: int, embedder: str) -> Store:
         if self.qdrant_url:
-            return await QdrantClientStore.open(self.embedder.dimension, url=self.qdrant_url)
+            return await QdrantClientStore.open(dimension, url=self.qdrant_url, embedder=embedder)
         if self.data_dir is None:
             raise StoreNotConfigured()
-        return await EdgeStore.open(self.data_dir, self.embedder.dimension)
+        return await EdgeStore.open(self.data_dir, dimension, embedder=embedder)
 
     async def on_stop(self) -> None:
+        for task in (self._pull_task, self._store_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if self._writes is not None:
+            # Or the connection's drain waits on the status replies of the last pull.
+            with contextlib.suppress(nats.errors.Error):
+                await self._writes.unsubscribe()
+        if self._writing is not None:
+            with contextlib.suppress(Exception):
+                await self._writing  # the batch being stored is stored and acked
+        # Writes not started yet go back to the stream at once, for another replica.
+        while not self._inbox.empty():
+            with contextlib.suppress(Exception):
+                await self._inbox.get_nowait().nak()
+        self._idle.set()
         if self.store is not None:
             await self.store.close()
+        if self.embedder is not None:
+            await self.embedder.close()
 
-    def _store(self) -> Store:
-        assert self.store is not None, "start() opens the store"
-        return self.store
+    @property
+    def memories(self) -> Memories:
+        assert self._memories is not None, "start() opens the embedder and the store"
+        return self._memories
+
+    # -- request/reply --------------------------------------------------------------------
 
     async def on_store(self, ctx: RunContext, request: MemoryStore) -> MemoryStored:
-        scope = StorageScope.from_context(ctx)
-        now = datetime.now(UTC)
-        records = [
-            MemoryRecord(memory_id=memory_id(scope, t), text=t.strip(), scope=scope, created_at=now)
-            for t in request.texts
-        ]
-        vectors = await asyncio.to_thread(self.embedder.embed, [r.text for r in records])
-        await self._store().upsert(records, vectors)
+        records = records_to_store(StorageScope.from_context(ctx), request)
+        await self.memories.upsert(records)
         return MemoryStored(memory_ids=[r.memory_id for r in records])
 
     async def on_search(self, ctx: RunContext, request: MemorySearch) -> MemoryHits:
         scope = StorageScope.from_context(ctx)
-        if not request.query.strip():
+        match = search_match(scope, request.scope, request.match)
+        if match is None:
+            self._log_unscoped(ctx.agent)
             return MemoryHits(hits=[])
-        (vector,) = await asyncio.to_thread(self.embedder.embed, [request.query])
-        found = await self._store().search(
-            vector, scope.search_filter(request.scope), request.limit
+        await self._settle_writes()
+        found = await self.memories.search(request.query, match, request.limit, request.min_score)
+        return MemoryHits(hits=[_hit(record, score) for record, score in found])
+
+    async def on_find(self, ctx: RunContext, request: MemorySearch) -> MemoryHits:
+        """A client searching its own memories (`runbus memory search`): user scope only."""
+        if request.scope != "user" or request.match not in (None, ["user_id"]):
+            raise FindOutsideOwnScope()
+        return await self.on_search(ctx, msgspec.structs.replace(request, match=None))
+
+    async def on_list(self, ctx: RunContext, request: MemoryList) -> MemoryListed:
+        records, cursor = await self.memories.scroll(
+            StorageScope.from_context(ctx), request.session_id, request.limit, request.cursor
         )
-        return MemoryHits(
-            hits=[
-                MemoryHit(
-                    memory_id=record.memory_id,
-                    text=record.text,
-                    score=score,
-                    session_id=record.scope.session_id,
-                    created_at=record.created_at,
+        return MemoryListed(memories=[_hit(r, 1.0) for r in records], next_cursor=cursor)
+
+    async def on_forget(self, ctx: RunContext, request: MemoryForget) -> MemoryForgotten:
+        scope = StorageScope.from_context(ctx)
+        match forget_selector(request):
+            case ("ids", list(memory_ids)):
+                forgotten = await self.memories.forget_ids(scope, memory_ids)
+            case ("session", str(session_id)):
+                forgotten = await self.memories.forget_session(scope, session_id)
+            case _:
+                forgotten = await self.memories.forget_user(scope)
+        self.log.info(
+            "memories_forgotten",
+            tenant=scope.tenant,
+            user_id=scope.user_id,
+            forgotten=forgotten,
+            by="ids" if request.memory_ids else "session" if request.session_id else "user",
+        )
+        return MemoryForgotten(forgotten=forgotten)
+
+    async def on_stats(self, ctx: RunContext, request: MemoryStats) -> MemoryStatistics:
+        scope = StorageScope.from_context(ctx)
+        pending = 0
+        if self._writes is not None:
+            info = await self._writes.consumer_info()
+            pending = (info.num_pending or 0) + (info.num_ack_pending or 0)
+        return MemoryStatistics(
+            memories=await self.memories.count(scope),
+            embedder=self.memories.embedder.name,
+            dimension=self.memories.embedder.dimension,
+            store=self.memories.store.kind,
+            pending_writes=pending,
+        )
+
+    async def on_tool_search(self, ctx: RunContext, request: ToolInvoke) -> ToolInvoked:
+        """`memory_search` for a model: the query is the model's, nothing else is."""
+        if request.name != MEMORY_SEARCH_TOOL.name:
+            raise BadRequest(
+                f"this endpoint runs {MEMORY_SEARCH_TOOL.name!r}, not {request.name!r}"
+            )
+        if not request.call_id:
+            raise BadRequest("call_id must not be empty")
+        scope = StorageScope.from_context(ctx)
+        with self.tracer.start_as_current_span(
+            f"execute_tool {MEMORY_SEARCH_TOOL.name}",
+            attributes={
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": MEMORY_SEARCH_TOOL.name,
+                "gen_ai.tool.call.id": request.call_id,
+            },
+        ) as span:
+            try:
+                search = tool_search(scope, ctx, request.arguments)
+            except ValueError as exc:
+                span.set_attribute("error.type", "tool_error")
+                return ToolInvoked(
+                    result=FunctionResultContent(call_id=request.call_id, error=str(exc))
                 )
-                for record, score in found
-            ]
+            if search.discarded:
+                self.log.warning(
+                    "tool_argument_discarded",
+                    tool=MEMORY_SEARCH_TOOL.name,
+                    arguments=list(search.discarded),
+                )
+            await self._settle_writes()
+            found = await self.memories.search(
+                search.query, search.match, search.limit, search.min_score
+            )
+        memories = [
+            {"text": r.text, "stored_at": r.created_at.isoformat(), "score": round(score, 3)}
+            for r, score in found
+        ]
+        return ToolInvoked(
+            result=FunctionResultContent(call_id=request.call_id, result={"memories": memories})
         )
+
+    def _log_unscoped(self, agent: str) -> None:
+        if agent not in self._unscoped_logged:
+            self._unscoped_logged.add(agent)
+            self.log.warning("memory_search_without_scope", agent=agent)
+
+    # -- writes off the run's path ------------------------------------------------------
+
+    async def _pull_writes(self) -> None:
+        """Hand each queued write to the writer as soon as it arrives.
+
+        One-message fetches return the moment a write is there (a larger batch makes nats-py
+        linger for the rest of it); the writer batches whatever piled up meanwhile.
+        """
+        assert self._writes is not None
+        while True:
+            try:
+                messages = await self._writes.fetch(1, timeout=PULL_WAIT)
+            except nats.errors.TimeoutError:
+                continue
+            except (nats.errors.ConnectionClosedError, nats.errors.DrainTimeoutError):
+                return
+            for msg in messages:
+                # Bounded: a backlog stays in the stream, not in this process, where its ack
+                # wait would run out before the writer got to it.
+                await self._inbox.put(msg)
+
+    async def _store_writes(self) -> None:
+        """Store what the puller handed over, up to `WRITE_BATCH` writes per embed + upsert."""
+        while True:
+            batch = [await self._inbox.get()]
+            while not self._inbox.empty() and len(batch) < WRITE_BATCH:
+                batch.append(self._inbox.get_nowait())
+            self._idle.clear()
+            try:
+                # Shielded: a stop lets the batch be stored and acked.
+                self._writing = asyncio.ensure_future(self._write(batch))
+                await asyncio.shield(self._writing)
+            except Exception:
+                # An ack or term that could not be sent (the connection is going): what was not
+                # acked is delivered again; the writer keeps going.
+                self.log.exception("memory_write_batch_failed", writes=len(batch))
+            finally:
+                if self._inbox.empty():
+                    self._idle.set()
+
+    async def _write(self, messages: list[Msg]) -> None:
+        batch: list[tuple[Msg, list[MemoryRecord]]] = []
+        for msg in messages:
+            records = await self._prepare(msg)
+            if records is not None:
+                batch.append((msg, records))
+        if not batch:
+            return
+        try:
+            await self.memories.upsert([r for _, records in batch for r in records])
+        except Exception:
+            if len(batch) == 1:
+                await self._retry_later(batch[0][0])
+                return
+            # One bad write must not hold back the others: store them one by one.
+            for msg, records in batch:
+                try:
+                    await self.memories.upsert(records)
+                except Exception:
+                    await self._retry_later(msg)
+                else:
+                    await msg.ack()
+            return
+        for msg, _ in batch:
+            await msg.ack()
+
+    async def _prepare(self, msg: Msg) -> list[MemoryRecord] | None:
+        """The records a queued write makes; a write that can never be stored (a bad body,
+        no identity, a refused source) is terminated, logged, and None."""
+        headers = msg.headers or {}
+        ctx = RunContext.from_headers(headers)
+        with self.tracer.start_as_current_span(
+            f"process {subjects.MEMORY_WRITES}",
+            context=extract(headers),
+            kind=SpanKind.CONSUMER,
+            attributes=messaging_attributes(msg.subject, "process", message_size=len(msg.data)),
+        ) as span:
+            try:
+                request = MEMORY_STORE_DECODER.decode(msg.data)
+                return records_to_store(StorageScope.from_context(ctx), request)
+            except Exception as exc:
+                error = as_runbus_error(exc)
+                span.set_status(Status(StatusCode.ERROR, error.message))
+                span.set_attribute("error.type", error.code)
+                if isinstance(error, InternalError):
+                    self.log.exception("memory_write_refused", run_id=ctx.run_id)
+                else:
+                    self.log.warning(
+                        "memory_write_refused",
+                        run_id=ctx.run_id,
+                        code=error.code,
+                        reason=error.message,
+                    )
+                await msg.term()
+                return None
+
+    async def _retry_later(self, msg: Msg) -> None:
+        delivered = msg.metadata.num_delivered or 1
+        delay = RETRY_DELAYS[min(delivered, len(RETRY_DELAYS)) - 1]
+        self.log.exception(
+            "memory_write_failed",
+            run_id=RunContext.from_headers(msg.headers).run_id,
+            delivery=delivered,
+            retry_in=delay,
+        )
+        await msg.nak(delay=delay)
+
+    async def _settle_writes(self) -> None:
+        """Wait (briefly) for writes this replica holds: in its inbox, being stored, or
+        delivered to its connection and not yet fetched."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + SETTLE_WAIT
+        # A write taken off the connection is inside `fetch` for a few loop turns before the
+        # puller hands it on; let those turns pass first.
+        for _ in range(FETCH_TURNS):
+            await asyncio.sleep(0)
+        while loop.time() < deadline:
+            if not self._idle.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._idle.wait(), deadline - loop.time())
+            elif self._writes is not None and self._writes.pending_msgs > 0:
+                await asyncio.sleep(0.001)
+            else:
+                return
+
+
+def _hit(record: MemoryRecord, score: float) -> MemoryHit:
+    return MemoryHit(
+        memory_id=record.memory_id,
+        text=record.text,
+        score=score,
+        session_id=record.scope.session_id,
+        created_at=record.created_at,
+        agent_id=record.scope.agent_id,
+        application_id=record.scope.application_id,
+    )

@@ -4,30 +4,55 @@ from typing import Final, Protocol
 
 from qdrant_client import AsyncQdrantClient, models
 
-from .core import MemoryRecord
-from .errors import VectorSizeMismatch
+from .core import Match, MemoryRecord
+from .errors import EmbedderMismatch, VectorSizeMismatch
 
 COLLECTION: Final = "runbus_memories"
-KEYWORD_FIELDS: Final = ("user_id", "session_id", "agent_id")
+EMBEDDER_KEY: Final = "runbus_embedder"
+"""Collection metadata (edge: a file beside the shard) naming the embedder of its vectors."""
+UNRECORDED_EMBEDDER: Final = "hashing"
+"""What a store holding memories but naming no embedder was made by: the only embedder runbus
+had before it recorded one."""
+KEYWORD_FIELDS: Final = ("application_id", "user_id", "session_id", "agent_id")
+"""Indexed besides `tenant`, which is the partition key (`is_tenant`)."""
 
 
 class MemoryStore(Protocol):
     """What the service needs from a vector store. Both adapters pass one contract suite
     (tests/integration/test_memory_store_contract.py)."""
 
+    kind: str
+    """`edge` or `qdrant`, for stats."""
+    dimension: int
+
     async def upsert(self, records: list[MemoryRecord], vectors: list[list[float]]) -> None: ...
 
     async def search(
-        self, vector: list[float], match: dict[str, str], limit: int
+        self, vector: list[float], match: Match, limit: int, min_score: float | None = None
     ) -> list[tuple[MemoryRecord, float]]:
-        """At most `limit` memories whose payload equals every `match` field, best first."""
+        """At most `limit` memories whose payload equals every `match` field, best first,
+        none scoring below `min_score`."""
         ...
+
+    async def scroll(
+        self, match: Match, limit: int, cursor: str | None = None
+    ) -> tuple[list[MemoryRecord], str | None]:
+        """A page of the memories matching `match` and the cursor of the next page."""
+        ...
+
+    async def delete(self, match: Match, memory_ids: list[str] | None = None) -> int:
+        """Remove the memories matching `match` (and among `memory_ids`, if given); how many."""
+        ...
+
+    async def count(self, match: Match) -> int: ...
 
     async def close(self) -> None: ...
 
 
 class QdrantClientStore:
     """One collection per deployment, partitioned by tenant (an `is_tenant` keyword index)."""
+
+    kind = "qdrant"
 
     def __init__(self, client: AsyncQdrantClient, dimension: int, collection: str = COLLECTION):
         self.client = client
@@ -36,41 +61,79 @@ class QdrantClientStore:
 
     @classmethod
     async def open(
-        cls, dimension: int, *, url: str | None = None, location: str | None = None
+        cls,
+        dimension: int,
+        *,
+        url: str | None = None,
+        location: str | None = None,
+        embedder: str | None = None,
     ) -> "QdrantClientStore":
         client = AsyncQdrantClient(url=url) if url else AsyncQdrantClient(location=location)
-        return await cls.attach(client, dimension)
+        try:
+            return await cls.attach(client, dimension, embedder=embedder)
+        except BaseException:
+            await client.close()
+            raise
 
     @classmethod
     async def attach(
-        cls, client: AsyncQdrantClient, dimension: int, collection: str = COLLECTION
+        cls,
+        client: AsyncQdrantClient,
+        dimension: int,
+        collection: str = COLLECTION,
+        *,
+        embedder: str | None = None,
     ) -> "QdrantClientStore":
-        """Use the collection on an existing client, creating it if missing."""
+        """Use the collection on an existing client, creating it if missing. `embedder` names
+        the model of the vectors; a collection made by another one is refused."""
         store = cls(client, dimension, collection)
-        await store._ensure_collection()
+        await store._ensure_collection(embedder)
         return store
 
-    async def _ensure_collection(self) -> None:
+    async def _ensure_collection(self, embedder: str | None) -> None:
         if await self.client.collection_exists(self.collection):
             info = await self.client.get_collection(self.collection)
             params = info.config.params.vectors
             size = params.size if isinstance(params, models.VectorParams) else None
             if size != self.dimension:
                 raise VectorSizeMismatch(self.collection, size or 0, self.dimension)
-            return
-        await self.client.create_collection(
+            recorded = (info.config.metadata or {}).get(EMBEDDER_KEY)
+            if recorded is None and (info.points_count or 0) > 0:
+                recorded = UNRECORDED_EMBEDDER
+            if embedder is not None and recorded not in (None, embedder):
+                raise EmbedderMismatch(self.collection, str(recorded), embedder)
+            if embedder is not None and recorded is None:
+                await self.client.update_collection(
+                    self.collection, metadata={EMBEDDER_KEY: embedder}
+                )
+            indexed = set(info.payload_schema)
+        else:
+            await self.client.create_collection(
+                self.collection,
+                vectors_config=models.VectorParams(
+                    size=self.dimension, distance=models.Distance.COSINE
+                ),
+                metadata={EMBEDDER_KEY: embedder} if embedder else None,
+            )
+            indexed = set()
+        # Memories stored before applications existed belong to no application.
+        await self.client.set_payload(
             self.collection,
-            vectors_config=models.VectorParams(
-                size=self.dimension, distance=models.Distance.COSINE
+            payload={"application_id": ""},
+            points=models.Filter(
+                must=[models.IsEmptyCondition(is_empty=models.PayloadField(key="application_id"))]
             ),
         )
-        if self.client.init_options.get("location") != ":memory:":
+        if self.client.init_options.get("location") == ":memory:":
+            return  # local mode ignores payload indexes and warns about them
+        if "tenant" not in indexed:
             await self.client.create_payload_index(
                 self.collection,
                 "tenant",
                 models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD, is_tenant=True),
             )
-            for field in KEYWORD_FIELDS:
+        for field in KEYWORD_FIELDS:
+            if field not in indexed:
                 await self.client.create_payload_index(
                     self.collection, field, models.PayloadSchemaType.KEYWORD
                 )
@@ -85,18 +148,14 @@ class QdrantClientStore:
         )
 
     async def search(
-        self, vector: list[float], match: dict[str, str], limit: int
+        self, vector: list[float], match: Match, limit: int, min_score: float | None = None
     ) -> list[tuple[MemoryRecord, float]]:
         response = await self.client.query_points(
             self.collection,
             query=vector,
-            query_filter=models.Filter(
-                must=[
-                    models.FieldCondition(key=k, match=models.MatchValue(value=v))
-                    for k, v in match.items()
-                ]
-            ),
+            query_filter=_filter(match),
             limit=limit,
+            score_threshold=min_score,
             with_payload=True,
         )
         return [
@@ -104,5 +163,41 @@ class QdrantClientStore:
             for p in response.points
         ]
 
+    async def scroll(
+        self, match: Match, limit: int, cursor: str | None = None
+    ) -> tuple[list[MemoryRecord], str | None]:
+        points, next_offset = await self.client.scroll(
+            self.collection,
+            scroll_filter=_filter(match),
+            limit=limit,
+            offset=cursor,
+            with_payload=True,
+        )
+        records = [MemoryRecord.from_payload(str(p.id), p.payload or {}) for p in points]
+        return records, None if next_offset is None else str(next_offset)
+
+    async def delete(self, match: Match, memory_ids: list[str] | None = None) -> int:
+        selector = _filter(match, memory_ids)
+        doomed = await self.count_filter(selector)
+        if doomed:
+            await self.client.delete(self.collection, points_selector=selector, wait=True)
+        return doomed
+
+    async def count(self, match: Match) -> int:
+        return await self.count_filter(_filter(match))
+
+    async def count_filter(self, selector: models.Filter) -> int:
+        result = await self.client.count(self.collection, count_filter=selector, exact=True)
+        return result.count
+
     async def close(self) -> None:
         await self.client.close()
+
+
+def _filter(match: Match, memory_ids: list[str] | None = None) -> models.Filter:
+    must: list[models.Condition] = [
+        models.FieldCondition(key=k, match=models.MatchValue(value=v)) for k, v in match.items()
+    ]
+    if memory_ids is not None:
+        must.append(models.HasIdCondition(has_id=list(memory_ids)))
+    return models.Filter(must=must)

@@ -11,10 +11,14 @@ _WORD = re.compile(r"\s*\S+\s*|\s+")
 
 
 def since_last_user(messages: list[ChatMessage]) -> tuple[ChatMessage | None, list[ChatMessage]]:
-    """The last user message and what came after it (this turn's model and tool messages)."""
+    """The last user message and what came after it (this turn's model and tool messages).
+
+    A user message a context provider injected (the todo list) is context, not a new turn.
+    """
     for index in range(len(messages) - 1, -1, -1):
-        if messages[index].role == "user":
-            return messages[index], messages[index + 1 :]
+        message = messages[index]
+        if message.role == "user" and message.source != "context_provider":
+            return message, [m for m in messages[index + 1 :] if m.source != "context_provider"]
     return None, list(messages)
 
 

@@ -1,53 +1,159 @@
-"""The model router service: picks the backend for a route, streams deltas as run events, and
-records the call as a gen_ai span."""
+"""The model router service: `runbus.model.complete` (route, check, call, stream deltas as run
+events) and `runbus.model.usage` (the usage report); stops a run's stream when the run is
+cancelled."""
 
+import asyncio
+from collections import OrderedDict
 from pathlib import Path
-from typing import Self
+from typing import Final, Self
 
-import msgspec
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from openai import AsyncOpenAI
+from opentelemetry.metrics import MeterProvider
 from opentelemetry.sdk.trace import TracerProvider
 
 from runbus import subjects
 from runbus.headers import RunContext
 from runbus.messages import ModelRequest, ModelResponse, RunTextDelta
-from runbus.messages.model import MODEL_REQUEST_DECODER
+from runbus.messages.model import (
+    MODEL_REQUEST_DECODER,
+    MODEL_USAGE_QUERY_DECODER,
+    ModelUsageQuery,
+    ModelUsageReport,
+)
 from runbus.service import Endpoint, Service
 from runbus.settings import Settings
 
 from .backends import ModelBackend
-from .errors import UnknownRoute
+from .config import RouterConfig, TargetConfig, load_config
+from .core import Router
+from .errors import RunCancelled
+from .ledger import KvLedger, KvProvenance, open_bucket
+from .middleware import ChatMiddleware, Metrics, PromptAudit, Redactor, Tracing
 from .offline import OfflineModel
+from .openai_chat import OpenAIChatModel, open_client, server_of
+from .routing import Target, build_table
 from .scripted import ScriptedModel, Scripts, load_scripts
+from .usage import report, utc_day
+
+RECENT_CANCELS: Final = 1024
+"""Cancelled runs remembered, so a call that arrives after its run's cancel is refused."""
 
 
 class ModelRouterService(Service):
     name = "model_router"
     description = "Chooses a model per call, streams deltas, records usage"
 
-    def __init__(self, nc: NATS, routes: dict[str, ModelBackend], **kwargs: object) -> None:
+    def __init__(
+        self,
+        nc: NATS,
+        routes: dict[str, ModelBackend],
+        *,
+        config: RouterConfig | None = None,
+        middleware: list[ChatMiddleware] | None = None,
+        meter_provider: MeterProvider | None = None,
+        stream_replicas: int = 1,
+        **kwargs: object,
+    ) -> None:
+        """`routes` are the built-in routes (`offline`, `scripted/<name>`, or test backends);
+        `config` adds the routes file's backends, routes, rules and budgets."""
         super().__init__(nc, **kwargs)  # type: ignore[arg-type]
-        self.routes = routes
+        self.config = config or RouterConfig()
+        self.clients: dict[str, AsyncOpenAI] = {}
+        self.table = build_table(routes, self.config, self._openai_target)
+        audit = (
+            [PromptAudit(Redactor(self.config.audit.redact))] if self.config.audit.enabled else []
+        )
+        self.middleware: list[ChatMiddleware] = [
+            Tracing(self.tracer),
+            Metrics(meter_provider),
+            *(middleware or []),
+            *audit,
+        ]
+        self.stream_replicas = stream_replicas
+        self.router: Router | None = None
+        self.ledger: KvLedger | None = None
+        self.provenance: KvProvenance | None = None
+        self._cancel_sub: Subscription | None = None
+        self._calls: dict[str, set[asyncio.Task[ModelResponse]]] = {}
+        self._cancelled: OrderedDict[str, None] = OrderedDict()
 
     @classmethod
     def from_settings(cls, nc: NATS, settings: Settings, tracer_provider: TracerProvider) -> Self:
         scripts = load_scripts(Path(settings.model_scripts)) if settings.model_scripts else {}
+        config = load_config(Path(settings.model_routes)) if settings.model_routes else None
         return cls(
             nc,
             default_routes(scripts),
+            config=config,
             tracer_provider=tracer_provider,
             request_timeout=settings.request_timeout,
+            stream_replicas=settings.stream_replicas,
+        )
+
+    def _openai_target(self, route: str, target: TargetConfig) -> Target:
+        backend = self.config.backends[target.backend]
+        client = self.clients.get(target.backend)
+        if client is None:
+            client = self.clients[target.backend] = open_client(target.backend, backend)
+        model = OpenAIChatModel(client, model=target.model, config=backend, timeout=target.timeout)
+        return Target(
+            key=f"{target.backend}/{target.model}",
+            backend=model,
+            model=target.model,
+            family=backend.family,
+            config=target,
+            reasoning_field=backend.reasoning_field,
+            server=server_of(client),
         )
 
     def endpoints(self) -> list[Endpoint]:
         return [
-            Endpoint("complete", subjects.MODEL_COMPLETE, MODEL_REQUEST_DECODER, self.on_complete)
+            Endpoint("complete", subjects.MODEL_COMPLETE, MODEL_REQUEST_DECODER, self.on_complete),
+            Endpoint("usage", subjects.MODEL_USAGE, MODEL_USAGE_QUERY_DECODER, self.on_usage),
         ]
 
+    async def on_start(self) -> None:
+        kv = await open_bucket(self.nc, replicas=self.stream_replicas)
+        self.ledger = KvLedger(kv, flush_every=self.config.usage_flush_seconds)
+        self.ledger.start()
+        self.provenance = KvProvenance(kv)
+        self.router = Router(
+            self.table,
+            self.config,
+            ledger=self.ledger,
+            provenance=self.provenance,
+            middleware=self.middleware,
+        )
+        self._cancel_sub = await self.nc.subscribe(subjects.CANCEL_ALL, cb=self.on_cancel)
+
+    async def on_stop(self) -> None:
+        if self._cancel_sub is not None:
+            await self._cancel_sub.unsubscribe()
+            self._cancel_sub = None
+        if self.ledger is not None:
+            await self.ledger.close()
+        if self.provenance is not None:
+            await self.provenance.close()
+        for client in self.clients.values():
+            await client.close()
+
+    async def on_cancel(self, msg: Msg) -> None:
+        run_id = msg.subject.rsplit(".", 1)[-1]
+        self._cancelled[run_id] = None
+        while len(self._cancelled) > RECENT_CANCELS:
+            self._cancelled.popitem(last=False)
+        for task in self._calls.get(run_id, ()):
+            task.cancel()
+        if run_id in self._calls:
+            self.log.info("model_stream_cancelled", run_id=run_id, calls=len(self._calls[run_id]))
+
     async def on_complete(self, ctx: RunContext, request: ModelRequest) -> ModelResponse:
-        backend = self.routes.get(request.route)
-        if backend is None:
-            raise UnknownRoute(request.route, sorted(self.routes))
+        assert self.router is not None, "on_start has not run"
+        if ctx.run_id and ctx.run_id in self._cancelled:
+            raise RunCancelled(ctx.run_id)
         stream_to = request.stream_to
         message_id = request.message_id
 
@@ -56,29 +162,30 @@ class ModelRouterService(Service):
                 delta = RunTextDelta(run_id=ctx.run_id, message_id=message_id, delta=text)
                 await self.bus.publish(stream_to, delta, ctx=ctx)
 
-        with self.tracer.start_as_current_span(
-            f"chat {backend.name}",
-            attributes={
-                "gen_ai.operation.name": "chat",
-                "gen_ai.provider.name": "runbus",
-                "gen_ai.request.model": request.route,
-            },
-        ) as span:
-            response = await backend.complete(request, on_delta)
-            if message_id:
-                response = msgspec.structs.replace(
-                    response,
-                    message=msgspec.structs.replace(response.message, message_id=message_id),
-                )
-            span.set_attributes(
-                {
-                    "gen_ai.response.model": response.model,
-                    "gen_ai.response.finish_reasons": [response.finish_reason],
-                    "gen_ai.usage.input_tokens": response.usage.input_tokens,
-                    "gen_ai.usage.output_tokens": response.usage.output_tokens,
-                }
-            )
-        return response
+        if not ctx.run_id:
+            return await self.router.complete(ctx, request, on_delta)
+        # The call runs as its own task so a cancel of the run can stop it (and close the
+        # provider's stream) while this handler still answers with a typed error.
+        call = asyncio.ensure_future(self.router.complete(ctx, request, on_delta))
+        calls = self._calls.setdefault(ctx.run_id, set())
+        calls.add(call)
+        try:
+            return await call
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if ctx.run_id in self._cancelled and current is not None and not current.cancelling():
+                raise RunCancelled(ctx.run_id) from None
+            raise
+        finally:
+            calls.discard(call)
+            if not calls:
+                self._calls.pop(ctx.run_id, None)
+
+    async def on_usage(self, ctx: RunContext, query: ModelUsageQuery) -> ModelUsageReport:
+        assert self.ledger is not None, "on_start has not run"
+        day = query.day or utc_day()
+        rows = await self.ledger.rows(day, query.tenant or None)
+        return report(self.config, day, rows)
 
 
 def default_routes(scripts: Scripts) -> dict[str, ModelBackend]:

@@ -1,9 +1,17 @@
-"""The tool executor service: one endpoint per tool, plus the catalog."""
+"""The tool executor service: one endpoint per tool, the catalog, and run cancellation."""
 
+import asyncio
+import contextlib
 import importlib
+import os
+import socket
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import Self
 
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from opentelemetry.sdk.trace import TracerProvider
 
 from runbus import subjects
@@ -14,8 +22,13 @@ from runbus.messages.tools import TOOL_INVOKE_DECODER, TOOL_LIST_DECODER
 from runbus.service import Endpoint, Service
 from runbus.settings import Settings
 
+from .catalog import REFRESH_EVERY, CatalogStore, entry_for, select
+from .config import Deployment, load_deployment
 from .errors import ToolDefinitionError, UnknownTool
+from .executor import Executor
+from .middleware import Middleware
 from .registry import Tool, ToolRegistry
+from .store import open_stores
 
 
 def load_registries(modules: str) -> list[ToolRegistry]:
@@ -31,25 +44,82 @@ def load_registries(modules: str) -> list[ToolRegistry]:
 
 class ToolExecutorService(Service):
     name = "tool_executor"
-    description = "Typed tools with validation and trusted-argument injection"
+    description = "Typed tools: validation, trusted identity, middleware, approval, idempotency"
 
-    def __init__(self, nc: NATS, registries: list[ToolRegistry], **kwargs: object) -> None:
+    def __init__(
+        self,
+        nc: NATS,
+        registries: list[ToolRegistry],
+        *,
+        deployment: Deployment | None = None,
+        middleware: Sequence[Middleware] | None = None,
+        tool_root: Path | None = None,
+        stream_replicas: int = 1,
+        **kwargs: object,
+    ) -> None:
+        """`middleware` (else the deployment's chain, else the packages' own) runs for every
+        call this replica serves."""
         super().__init__(nc, **kwargs)  # type: ignore[arg-type]
-        self.tools: dict[str, Tool] = {}
+        deployment = deployment or Deployment()
+        tools: dict[str, Tool] = {}
         for registry in registries:
             for name, tool in registry.tools.items():
-                if name in self.tools:
+                if name in tools:
                     raise ToolDefinitionError(f"tool {name!r} is served by two registries")
-                self.tools[name] = tool
+                tools[name] = tool
+        if middleware is None:
+            middleware = deployment.middleware
+        if middleware is None:
+            middleware = [m for registry in registries for m in registry.middleware]
+        self.tools = deployment.apply(tools)
+        self.stream_replicas = stream_replicas
+        self.executor = Executor(
+            middleware=middleware,
+            root=tool_root,
+            approval_ttl=deployment.approval_ttl,
+            # A little under the hop timeout, so the caller still gets the reply.
+            max_timeout=self.bus.request_timeout - min(1.0, self.bus.request_timeout / 10),
+            replica=f"{socket.gethostname()}:{os.getpid()}:{id(self):x}",
+            tracer=self.tracer,
+        )
+        self.catalog: CatalogStore | None = None
+        self._cancels: Subscription | None = None
+        self._refresh: asyncio.Task[None] | None = None
 
     @classmethod
     def from_settings(cls, nc: NATS, settings: Settings, tracer_provider: TracerProvider) -> Self:
+        root = Path(settings.tool_root) if settings.tool_root else settings.data_path / "files"
+        root.mkdir(parents=True, exist_ok=True)
         return cls(
             nc,
             load_registries(settings.tool_modules),
+            deployment=load_deployment(Path(settings.tool_config))
+            if settings.tool_config
+            else None,
+            tool_root=root,
+            stream_replicas=settings.stream_replicas,
             tracer_provider=tracer_provider,
             request_timeout=settings.request_timeout,
         )
+
+    async def on_start(self) -> None:
+        calls, catalog = await open_stores(self.nc, replicas=self.stream_replicas)
+        self.executor.calls, self.catalog = calls, catalog
+        await catalog.publish(entry_for(t) for t in self.tools.values())
+        self._refresh = asyncio.ensure_future(self._keep_catalog_fresh(catalog))
+        self._cancels = await self.nc.subscribe(subjects.CANCEL_ALL, cb=self.on_cancel)
+
+    async def stop(self) -> None:
+        if self._cancels is not None:
+            with contextlib.suppress(Exception):
+                await self._cancels.unsubscribe()
+            self._cancels = None
+        if self._refresh is not None:
+            self._refresh.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._refresh
+            self._refresh = None
+        await super().stop()
 
     def endpoints(self) -> list[Endpoint]:
         invoke = [
@@ -57,7 +127,7 @@ class ToolExecutorService(Service):
                 f"invoke-{name}",
                 subjects.tool_invoke(name),
                 TOOL_INVOKE_DECODER,
-                self.on_invoke,
+                self._invoker(name),
                 span_subject=subjects.TOOL_INVOKE_TEMPLATE,
             )
             for name in self.tools
@@ -65,24 +135,36 @@ class ToolExecutorService(Service):
         return [Endpoint("list", subjects.TOOLS_LIST, TOOL_LIST_DECODER, self.on_list), *invoke]
 
     async def on_list(self, ctx: RunContext, request: ToolList) -> ToolCatalog:
-        names = self.tools.keys() if request.names is None else request.names
-        return ToolCatalog(tools=[self.tools[n].spec() for n in names if n in self.tools])
+        return ToolCatalog(tools=await select(self.tools, self.catalog, request.names, ctx))
 
-    async def on_invoke(self, ctx: RunContext, request: ToolInvoke) -> ToolInvoked:
+    async def on_invoke(
+        self, ctx: RunContext, request: ToolInvoke, subject_tool: str
+    ) -> ToolInvoked:
+        if request.name != subject_tool:
+            raise BadRequest(
+                f"the body names tool {request.name[:64]!r} but was sent to {subject_tool!r}",
+                details={"field": "name"},
+            )
         tool = self.tools.get(request.name)
         if tool is None:
             raise UnknownTool(request.name)
         if not request.call_id:
-            raise BadRequest("call_id must not be empty")
-        with self.tracer.start_as_current_span(
-            f"execute_tool {tool.name}",
-            attributes={
-                "gen_ai.operation.name": "execute_tool",
-                "gen_ai.tool.name": tool.name,
-                "gen_ai.tool.call.id": request.call_id,
-            },
-        ) as span:
-            result = await tool.invoke(request.call_id, request.arguments, ctx)
-            if result.error is not None:
-                span.set_attribute("error.type", "tool_error")
-        return ToolInvoked(result=result)
+            raise BadRequest("call_id must not be empty", details={"field": "call_id"})
+        return await self.executor.invoke(tool, request, ctx)
+
+    async def on_cancel(self, msg: Msg) -> None:
+        self.executor.cancel_run(msg.subject.rsplit(".", 1)[-1])
+
+    def _invoker(self, name: str) -> Callable[[RunContext, ToolInvoke], Awaitable[ToolInvoked]]:
+        async def invoke(ctx: RunContext, request: ToolInvoke) -> ToolInvoked:
+            return await self.on_invoke(ctx, request, name)
+
+        return invoke
+
+    async def _keep_catalog_fresh(self, catalog: CatalogStore) -> None:
+        while True:
+            await asyncio.sleep(REFRESH_EVERY)
+            try:
+                await catalog.publish(entry_for(t) for t in self.tools.values())
+            except Exception:
+                self.log.warning("tool_catalog_refresh_failed", exc_info=True)

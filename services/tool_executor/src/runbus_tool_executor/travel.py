@@ -1,23 +1,45 @@
-"""The demo travel tools: deterministic fake data, no network. Used by the `travel` agent."""
+"""The demo travel tools and their policies: deterministic fake data, no network. Used by the
+`travel` agent.
+
+Policies: a booking over A$1000 needs a person's approval (economy fares are A$89 to A$388, so only
+business fares ever do), and the corporate policy stops the tool loop on a booking of a flight
+outside the company's travel agreement (VA823, as in the seed)."""
 
 import hashlib
+import threading
+from collections.abc import Iterable, Mapping
 from datetime import date
-from typing import Annotated, Literal
+from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
+from .middleware import PROCEED, Call, Decision, Middleware, Terminate
 from .registry import FromProp, ToolContext, ToolRegistry
 
 tools = ToolRegistry()
 
 City = Annotated[str, msgspec.Meta(min_length=2, max_length=64, pattern=r"^[A-Za-z .'-]+$")]
 FlightId = Annotated[str, msgspec.Meta(pattern=r"^[A-Z]{2}[0-9]{2,4}-[0-9]{8}$")]
+Cabin = Literal["economy", "business"]
+
+APPROVAL_ABOVE_AUD: Final = 1000
+"""A booking dearer than this waits for a person's approval."""
+BLOCKED_FLIGHTS: Final = ("VA823",)
+"""Outside the corporate travel agreement (the seed's example). The demo timetable's flight
+numbers run 400 to 799, so the flights the offline model picks are never among them."""
 
 _CONDITIONS = ("sunny", "partly cloudy", "light rain", "windy", "clear")
+_CARRIERS = (("Qantas", "QF"), ("Virgin Australia", "VA"), ("Jetstar", "JQ"))
 
 
 def _seed(*parts: str) -> int:
     return int.from_bytes(hashlib.sha256("|".join(parts).lower().encode()).digest()[:4], "big")
+
+
+def fare(flight_id: str, cabin: Cabin = "economy") -> int:
+    """The price in A$ of a seat: economy A$89 to A$388, business three times that plus 400."""
+    economy = 89 + _seed(flight_id, "fare") % 300
+    return economy if cabin == "economy" else economy * 3 + 400
 
 
 class Weather(msgspec.Struct):
@@ -34,6 +56,8 @@ class Flight(msgspec.Struct):
     date: str
     departs: str
     price_aud: int
+    """Economy fare."""
+    business_price_aud: int
 
 
 class Booking(msgspec.Struct):
@@ -42,6 +66,28 @@ class Booking(msgspec.Struct):
     passenger: str
     tenant: str
     seat: str
+    cabin: str = "economy"
+    price_aud: int = 0
+    approved_by: str | None = None
+
+
+class Ledger:
+    """The bookings this process made: the demo's stand-in for an airline's system."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._bookings: list[tuple[str, Booking]] = []
+
+    def record(self, run_id: str, booking: Booking) -> None:
+        with self._lock:
+            self._bookings.append((run_id, booking))
+
+    def count(self, run_id: str | None = None) -> int:
+        with self._lock:
+            return sum(1 for run, _ in self._bookings if run_id is None or run == run_id)
+
+
+ledger = Ledger()
 
 
 @tools.tool()
@@ -59,37 +105,75 @@ def get_weather(city: City) -> Weather:
 def search_flights(origin: City, destination: City, date: date) -> list[Flight]:
     """Flights between two cities on a date, cheapest first (demo data, deterministic)."""
     flights = []
-    for airline, code in (("Qantas", "QF"), ("Virgin Australia", "VA"), ("Jetstar", "JQ")):
+    for airline, code in _CARRIERS:
         seed = _seed(origin, destination, date.isoformat(), code)
-        number = 400 + seed % 500
+        flight_id = f"{code}{400 + seed % 400}-{date.strftime('%Y%m%d')}"
         flights.append(
             Flight(
-                flight_id=f"{code}{number}-{date.strftime('%Y%m%d')}",
+                flight_id=flight_id,
                 airline=airline,
                 origin=origin.title(),
                 destination=destination.title(),
                 date=date.isoformat(),
                 departs=f"{6 + seed % 14:02d}:{(seed // 7) % 4 * 15:02d}",
-                price_aud=89 + seed % 300,
+                price_aud=fare(flight_id),
+                business_price_aud=fare(flight_id, "business"),
             )
         )
     return sorted(flights, key=lambda f: f.price_aud)
 
 
-@tools.tool(side_effect=True)
+def needs_approval(arguments: Mapping[str, Any]) -> str | None:
+    """A booking over the limit needs a person's approval; the price comes from the fare
+    table, never from the model."""
+    price = fare(arguments["flight_id"], arguments.get("cabin", "economy"))
+    if price > APPROVAL_ABOVE_AUD:
+        return f"A${price} is over the A${APPROVAL_ABOVE_AUD} booking limit"
+    return None
+
+
+@tools.tool(side_effect=True, approval=needs_approval, timeout=5.0)
 def create_booking(
     flight_id: FlightId,
     user_id: Annotated[str, FromProp("user_id")],
     context: ToolContext,
     seat: Literal["window", "aisle", "any"] = "any",
+    cabin: Cabin = "economy",
 ) -> Booking:
     """Book a seat on a flight for the signed-in user. The passenger comes from the run's
-    identity, never from the model."""
-    return Booking(
+    identity, never from the model; bookings over A$1000 wait for a person's approval."""
+    booking = Booking(
         confirmation="RB-"
         + hashlib.sha256(f"{context.run_id}|{flight_id}".encode()).hexdigest()[:6].upper(),
         flight_id=flight_id,
         passenger=user_id,
         tenant=context.props.get("tenant", ""),
         seat=seat,
+        cabin=cabin,
+        price_aud=fare(flight_id, cabin),
+        approved_by=context.approved_by or None,
     )
+    ledger.record(context.run_id, booking)
+    return booking
+
+
+def corporate_policy(blocked: Iterable[str] = BLOCKED_FLIGHTS) -> Middleware:
+    """Stop the tool loop on a booking of a blocked flight (`VA823`) or carrier (`VA`):
+    the model has already chosen, the runtime does not let it go on."""
+    refused = {b.upper() for b in blocked}
+
+    def check(call: Call) -> Decision:
+        if call.tool != "create_booking":
+            return PROCEED
+        flight = str(call.arguments.get("flight_id", "")).split("-")[0].upper()
+        if flight in refused or flight[:2] in refused:
+            return Terminate(
+                error=f"{flight} is not covered by the company's travel agreement; nothing "
+                "was booked and the booking was stopped."
+            )
+        return PROCEED
+
+    return check
+
+
+tools.use(corporate_policy())

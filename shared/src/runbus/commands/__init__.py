@@ -2,4 +2,17 @@
 its parser(s) and sets `handler` (an async function of settings and args returning an exit
 code) as a default. `runbus.cli` registers every module in `MODULES`."""
 
-MODULES = ("up", "serve", "run", "demo")
+MODULES = (
+    "up",
+    "serve",
+    "run",
+    "chat",
+    "demo",
+    "status",
+    "logs",
+    "sessions",
+    "runs",
+    "usage",
+    "approvals",
+    "memory",
+)

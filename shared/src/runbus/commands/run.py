@@ -25,10 +25,10 @@ async def handle(settings: Settings, args: argparse.Namespace) -> int:
     printer = EventPrinter(sys.stdout, as_json=args.json)
     async with connected(settings) as nc:
         client = RunbusClient(nc, token=settings.token)
-        async for event in client.run(
+        async for event in client.stream(
             args.agent,
-            args.session,
             args.text,
+            session_id=args.session,
             run_id=args.run_id or new_run_id(),
             timeout=args.timeout,
         ):

@@ -18,6 +18,8 @@ from .history import HistoryAppend, HistoryAppended, HistoryLoad, HistoryLoaded
 from .memory import MemoryHit, MemoryHits, MemorySearch, MemoryStore, MemoryStored
 from .model import ModelRequest, ModelResponse, ToolSpec
 from .runs import (
+    RunApprovalRequested,
+    RunCompacted,
     RunCompleted,
     RunEvent,
     RunFailed,
@@ -56,6 +58,8 @@ __all__ = [
     "ReasoningContent",
     "Record",
     "Role",
+    "RunApprovalRequested",
+    "RunCompacted",
     "RunCompleted",
     "RunEvent",
     "RunFailed",

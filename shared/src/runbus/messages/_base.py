@@ -29,6 +29,6 @@ class Record(msgspec.Struct, kw_only=True, frozen=True):
 ENCODER: Final = msgspec.json.Encoder()
 
 
-def encode(message: msgspec.Struct) -> bytes:
-    """JSON bytes of any wire Struct."""
+def encode(message: msgspec.Struct | msgspec.Raw) -> bytes:
+    """JSON bytes of any wire Struct (a `Raw` body is passed through as it is)."""
     return ENCODER.encode(message)

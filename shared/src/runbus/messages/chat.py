@@ -33,8 +33,9 @@ class ChatMessage(Record, frozen=True):
     contents: list[Content]
     """Ordered content parts."""
     message_id: str = ""
-    """Stable id; history stores each id once. The gateway fills it when a caller leaves it
-    empty, deterministically from the run id, so a redelivered run does not duplicate."""
+    """Stable id; history stores each id once. The gateway sets the ids of a run's messages
+    from the run id (`<run_id>:in0`, `<run_id>:m0`, …), replacing any a caller sent, so a
+    redelivered run finds its own messages and stores nothing twice."""
     created_at: datetime | None = None
     """When the message was made (UTC)."""
     source: Source = "external"

@@ -1,9 +1,15 @@
 """History service requests and replies (`runbus.history.*`)."""
 
+from typing import Final
+
 import msgspec
 
 from ._base import Identifier, Message
 from .chat import ChatMessage
+
+REPAIR_SUFFIX: Final = ":repair"
+"""Appended to an assistant message's id to name the synthetic tool message that history adds
+on load for calls left without results (a crash, a cancel, a terminate)."""
 
 
 class HistoryAppend(Message, frozen=True, tag="history.append"):
@@ -11,6 +17,10 @@ class HistoryAppend(Message, frozen=True, tag="history.append"):
     """Session to append to; the tenant comes from the trusted headers."""
     messages: list[ChatMessage]
     """Messages new in this run; ones stamped `chat_history` are skipped."""
+    release: bool = False
+    """Last append of a run: also release the run's claim on the session."""
+    history_length: int | None = None
+    """With `release`: the session's message count after this run."""
 
 
 class HistoryAppended(Message, frozen=True, tag="history.appended"):
@@ -23,6 +33,8 @@ class HistoryAppended(Message, frozen=True, tag="history.appended"):
 class HistoryLoad(Message, frozen=True, tag="history.load"):
     session_id: Identifier
     """Session to read; the tenant comes from the trusted headers."""
+    last_turns: int | None = None
+    """Only the last N turns (a turn starts at a user message); None: everything."""
 
 
 class HistoryLoaded(Message, frozen=True, tag="history.loaded"):

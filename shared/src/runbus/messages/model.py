@@ -1,6 +1,6 @@
 """Model router request and reply (`runbus.model.complete`)."""
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -28,6 +28,11 @@ class ModelRequest(Message, frozen=True, tag="model.complete"):
     """Subject to publish `run.text_delta` events on while the model writes."""
     message_id: str = ""
     """Id the reply's assistant message gets; its text deltas carry the same id."""
+    hint: str = ""
+    """A route the caller would prefer for this call (compaction asks for `cheap`); routing
+    rules may act on it. Empty for none."""
+    max_output_tokens: int | None = None
+    """Cap on the tokens the model may write; None for the target's default."""
 
 
 FinishReason = Literal["stop", "tool_calls", "length"]
@@ -42,7 +47,69 @@ class ModelResponse(Message, frozen=True, tag="model.response"):
     """Why the model stopped."""
     usage: Usage = Usage()
     """Tokens of this call."""
+    route: str = ""
+    """Route that answered, after the routing rules and capability checks."""
+    cost: float = 0.0
+    """Price of this call in the router's configured currency (0 without prices)."""
+
+
+class ModelUsageQuery(Message, frozen=True, tag="model.usage_query"):
+    day: Annotated[str, msgspec.Meta(pattern=r"^(\d{4}-\d{2}-\d{2})?\Z")] = ""
+    """UTC day to report, `YYYY-MM-DD`; empty for today."""
+    tenant: str = ""
+    """Only this tenant; empty for every tenant."""
+
+
+class UsageRow(Record, frozen=True):
+    tenant: str
+    """Tenant the calls were made for (`-` when the caller set none)."""
+    user_id: str
+    """User the calls were made for (`-` when unknown)."""
+    agent: str
+    """Agent that made the calls (`-` when unknown)."""
+    route: str
+    """Route that answered."""
+    model: str
+    """Model that answered."""
+    calls: int = 0
+    """Model calls."""
+    input_tokens: int = 0
+    """Tokens the model read."""
+    output_tokens: int = 0
+    """Tokens the model wrote."""
+    cost: float = 0.0
+    """Price of these calls in the report's currency."""
+
+
+class TenantUsage(Record, frozen=True):
+    tenant: str
+    """The tenant (`-` when the caller set none)."""
+    calls: int = 0
+    """Model calls today."""
+    input_tokens: int = 0
+    """Tokens read today."""
+    output_tokens: int = 0
+    """Tokens written today."""
+    cost: float = 0.0
+    """Price of today's calls."""
+    tokens_per_day: int | None = None
+    """The tenant's daily token budget; None for no limit."""
+    cost_per_day: float | None = None
+    """The tenant's daily money budget; None for no limit."""
+
+
+class ModelUsageReport(Message, frozen=True, tag="model.usage_report"):
+    day: str
+    """UTC day reported, `YYYY-MM-DD`."""
+    currency: str = ""
+    """Currency of every `cost`, as configured (e.g. `USD`)."""
+    tenants: list[TenantUsage] = []
+    """Totals per tenant with their budgets, by tenant."""
+    rows: list[UsageRow] = []
+    """Usage per tenant, user, agent, route and model."""
 
 
 MODEL_REQUEST_DECODER = msgspec.json.Decoder(ModelRequest)
 MODEL_RESPONSE_DECODER = msgspec.json.Decoder(ModelResponse)
+MODEL_USAGE_QUERY_DECODER = msgspec.json.Decoder(ModelUsageQuery)
+MODEL_USAGE_REPORT_DECODER = msgspec.json.Decoder(ModelUsageReport)

@@ -1,9 +1,13 @@
 """Run requests (`runbus.runs.<agent>`) and run events (`runbus.events.<run_id>`)."""
 
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
 import msgspec
 
-from ._base import Identifier, Message
+from ._base import Identifier, Message, Record
 from .chat import ChatMessage, Usage
+from .compaction import CompactionReport
 from .contents import FunctionCallContent, FunctionResultContent
 from .errors import ErrorInfo
 
@@ -51,6 +55,30 @@ class RunToolResult(Message, frozen=True, tag="run.tool_result"):
     """What the tool returned (or its error)."""
 
 
+class RunApprovalRequested(Message, frozen=True, tag="run.approval_requested"):
+    run_id: str
+    """The run, paused until a person decides."""
+    call_id: str
+    """The call waiting; `runbus approve|deny <run_id> <call_id>` decides it."""
+    tool: str
+    """Tool it would run."""
+    arguments: dict[str, Any]
+    """Arguments it would run with."""
+    reason: str
+    """Why it needs approval."""
+    expires_at: float
+    """Epoch seconds after which it counts as denied."""
+
+
+class RunCompacted(Message, frozen=True, tag="run.compacted"):
+    run_id: str
+    """The run."""
+    step: int
+    """Model call (0-based) whose prompt was compacted."""
+    report: CompactionReport
+    """What compaction did (or why a triggered step changed nothing)."""
+
+
 class RunCompleted(Message, frozen=True, tag="run.completed"):
     run_id: str
     """The run."""
@@ -69,7 +97,101 @@ class RunFailed(Message, frozen=True, tag="run.failed"):
     """Why it failed."""
 
 
-RunEvent = RunStarted | RunTextDelta | RunToolCall | RunToolResult | RunCompleted | RunFailed
+RunStatus = Literal["queued", "running", "waiting_approval", "completed", "failed", "cancelled"]
+
+
+class RunRecord(Record, frozen=True):
+    """What the gateway knows about a run, kept for a while after it ends."""
+
+    run_id: str
+    """The run."""
+    agent: str
+    """Its agent."""
+    session_id: str
+    """Its session."""
+    tenant: str
+    """Tenant of the caller who started it."""
+    user_id: str
+    """The caller who started it; only they can read or cancel it."""
+    status: RunStatus
+    """Where it stands."""
+    created_at: datetime
+    """First delivery to a gateway (UTC)."""
+    updated_at: datetime
+    """Last status change (UTC)."""
+    attempts: int = 1
+    """Deliveries so far (more than 1 after a gateway died or a retryable failure)."""
+    text: str | None = None
+    """Final answer, once completed."""
+    error: ErrorInfo | None = None
+    """Why it failed or was cancelled."""
+
+
+class RunGet(Message, frozen=True, tag="runs.get"):
+    run_id: Identifier
+    """Run to read."""
+
+
+class RunInfo(Message, frozen=True, tag="runs.info"):
+    record: RunRecord
+    """The run."""
+
+
+class RunList(Message, frozen=True, tag="runs.list"):
+    session_id: Identifier | None = None
+    """Only runs of this session."""
+    limit: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 50
+    """At most this many, newest first."""
+
+
+class RunListed(Message, frozen=True, tag="runs.listed"):
+    records: list[RunRecord]
+    """The caller's runs, newest first."""
+
+
+class ApprovalDecide(Message, frozen=True, tag="approvals.decide"):
+    run_id: Identifier
+    """Run whose call is decided (only its owner may decide)."""
+    call_id: str
+    """The call, as in `run.approval_requested`."""
+    decision: Literal["approved", "denied"]
+    """The person's decision."""
+    note: Annotated[str, msgspec.Meta(max_length=1024)] = ""
+    """Shown to the model with a denial."""
+
+
+class ApprovalDecided(Message, frozen=True, tag="approvals.decided"):
+    run_id: str
+    """The run."""
+    call_id: str
+    """The call."""
+    decision: Literal["approved", "denied", "expired"]
+    """What stands: the first decision wins."""
+
+
+class RunCancel(Message, frozen=True, tag="runs.cancel"):
+    run_id: Identifier
+    """Run to cancel; its checkpoint is kept and its session released."""
+
+
+RunEvent = (
+    RunStarted
+    | RunApprovalRequested
+    | RunCompacted
+    | RunTextDelta
+    | RunToolCall
+    | RunToolResult
+    | RunCompleted
+    | RunFailed
+)
 
 RUN_REQUEST_DECODER = msgspec.json.Decoder(RunRequest)
 RUN_EVENT_DECODER = msgspec.json.Decoder(RunEvent)
+RUN_RECORD_DECODER = msgspec.json.Decoder(RunRecord)
+RUN_GET_DECODER = msgspec.json.Decoder(RunGet)
+RUN_INFO_DECODER = msgspec.json.Decoder(RunInfo)
+RUN_LIST_DECODER = msgspec.json.Decoder(RunList)
+RUN_LISTED_DECODER = msgspec.json.Decoder(RunListed)
+RUN_CANCEL_DECODER = msgspec.json.Decoder(RunCancel)
+APPROVAL_DECIDE_DECODER = msgspec.json.Decoder(ApprovalDecide)
+APPROVAL_DECIDED_DECODER = msgspec.json.Decoder(ApprovalDecided)

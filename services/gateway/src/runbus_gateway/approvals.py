@@ -1,0 +1,157 @@
+"""Pending approvals (human in the loop) in a JetStream KV bucket, one key per call.
+
+The run waiting on a call watches its key; `approvals.decide` writes the decision with
+compare-and-set from `pending`, so the first decision wins on every replica. The record
+outlives the gateway: a run redelivered after a restart finds the decision (or the pending
+request) and goes on from there.
+"""
+
+import asyncio
+import contextlib
+import hashlib
+import time
+from typing import Final, Literal
+
+import msgspec
+from nats.aio.client import Client as NATS
+from nats.js.errors import BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.kv import KeyValue
+
+from runbus import subjects
+from runbus.errors import NotFound, RunbusError
+from runbus.messages.tools import ApprovalGrant, ApprovalRequest
+
+RECORD_TTL: Final = 7 * 24 * 3600.0
+POLL: Final = 0.5
+"""Seconds between checks of a pending record, on top of the watch (a missed watch update
+must not leave a run waiting forever)."""
+
+Status = Literal["pending", "approved", "denied", "expired"]
+
+
+class ApprovalRecord(msgspec.Struct, frozen=True, kw_only=True):
+    run_id: str
+    call_id: str
+    tenant: str
+    user_id: str
+    """Owner of the run: the one person who may decide."""
+    request: ApprovalRequest
+    status: Status = "pending"
+    approver: str = ""
+    decided_at: float = 0.0
+    note: str = ""
+
+    def grant(self) -> ApprovalGrant:
+        assert self.status != "pending"
+        return ApprovalGrant(
+            decision=self.status,
+            digest=self.request.digest,
+            approver=self.approver,
+            decided_at=self.decided_at,
+            note=self.note,
+        )
+
+
+class AlreadyDecided(RunbusError):
+    code = "conflict"
+
+    def __init__(self, status: str) -> None:
+        super().__init__(f"this call was already {status}")
+        self.status = status
+
+
+_ENCODER = msgspec.json.Encoder()
+_DECODER = msgspec.json.Decoder(ApprovalRecord)
+
+
+def call_key(call_id: str) -> str:
+    return hashlib.sha256(call_id.encode()).hexdigest()[:32]
+
+
+class Approvals:
+    def __init__(self, kv: KeyValue) -> None:
+        self.kv = kv
+
+    @classmethod
+    async def open(cls, nc: NATS, *, replicas: int = 1) -> "Approvals":
+        js = nc.jetstream()
+        try:
+            kv = await js.key_value(subjects.APPROVALS_BUCKET)
+        except BucketNotFoundError:
+            kv = await js.create_key_value(
+                bucket=subjects.APPROVALS_BUCKET, history=1, ttl=RECORD_TTL, replicas=replicas
+            )
+        return cls(kv)
+
+    async def _get(self, key: str) -> tuple[ApprovalRecord, int] | None:
+        try:
+            entry = await self.kv.get(key)
+        except KeyNotFoundError:
+            return None
+        if not entry.value:
+            return None
+        return _DECODER.decode(entry.value), entry.revision or 0
+
+    async def wait(
+        self, run_id: str, call_id: str, tenant: str, user_id: str, request: ApprovalRequest
+    ) -> ApprovalGrant:
+        """Record the request (once) and wait until someone decides or it expires."""
+        key = subjects.approval_key(run_id, call_key(call_id))
+        found = await self._get(key)
+        if found is None or found[0].request.digest != request.digest:
+            record = ApprovalRecord(
+                run_id=run_id, call_id=call_id, tenant=tenant, user_id=user_id, request=request
+            )
+            # Another delivery of this run may have recorded it first.
+            with contextlib.suppress(KeyWrongLastSequenceError):
+                await self.kv.create(key, _ENCODER.encode(record))
+        watcher = await self.kv.watch(key)
+        try:
+            while True:
+                found = await self._get(key)
+                assert found is not None
+                record, revision = found
+                if record.status != "pending":
+                    return record.grant()
+                if time.time() >= record.request.expires_at:
+                    expired = msgspec.structs.replace(
+                        record, status="expired", decided_at=time.time()
+                    )
+                    try:
+                        await self.kv.update(key, _ENCODER.encode(expired), last=revision)
+                    except KeyWrongLastSequenceError:
+                        continue  # decided meanwhile: read it again
+                    return expired.grant()
+                left = record.request.expires_at - time.time()
+                with contextlib.suppress(TimeoutError):
+                    await watcher.updates(timeout=max(0.01, min(POLL, left)))  # type: ignore[no-untyped-call]
+        finally:
+            await watcher.stop()  # type: ignore[no-untyped-call]
+
+    async def decide(
+        self,
+        run_id: str,
+        call_id: str,
+        tenant: str,
+        user_id: str,
+        decision: Literal["approved", "denied"],
+        note: str,
+    ) -> Literal["approved", "denied"]:
+        """Write the decision unless one stands; only the run's owner may decide."""
+        key = subjects.approval_key(run_id, call_key(call_id))
+        while True:
+            found = await self._get(key)
+            if found is None or found[0].tenant != tenant or found[0].user_id != user_id:
+                raise NotFound(f"no pending approval for call {call_id!r} of run {run_id!r}")
+            record, revision = found
+            if record.status != "pending":
+                raise AlreadyDecided(record.status)
+            decided = msgspec.structs.replace(
+                record, status=decision, approver=user_id, decided_at=time.time(), note=note
+            )
+            try:
+                await self.kv.update(key, _ENCODER.encode(decided), last=revision)
+            except KeyWrongLastSequenceError:
+                await asyncio.sleep(0)
+                continue
+            return decision

@@ -1,0 +1,19 @@
+"""The agent harness: what makes an agent finish long tasks and stay inside the rules —
+guardrails and output rewriting around the run, the todo list, plan/execute modes, loop mode,
+and agents that are Python programs instead of chat models. NATS-free; the run loop calls it.
+"""
+
+from .config import HarnessConfig, LoopConfig, ModesConfig, TodosConfig
+from .runtime import Harness, with_context
+from .state import SessionState, StatePort
+
+__all__ = [
+    "Harness",
+    "HarnessConfig",
+    "LoopConfig",
+    "ModesConfig",
+    "SessionState",
+    "StatePort",
+    "TodosConfig",
+    "with_context",
+]

@@ -1,0 +1,66 @@
+"""Run records in a JetStream KV bucket, keyed by tenant, user and run, and the retry policy
+that decides what a failed delivery becomes."""
+
+from datetime import UTC, datetime
+from typing import Final
+
+import msgspec
+from nats.aio.client import Client as NATS
+from nats.js.errors import BucketNotFoundError, KeyNotFoundError
+from nats.js.kv import KeyValue
+
+from runbus import subjects
+from runbus.kv import keys_matching
+from runbus.messages.runs import RUN_RECORD_DECODER, RunRecord
+
+RETRYABLE: Final = frozenset({"unavailable", "internal", "model_unavailable"})
+"""Failures worth another delivery: a service or every model target was down, or something
+broke unexpectedly. Everything else (bad input, auth, limits, cancel) is final at once."""
+
+RECORD_TTL: Final = 7 * 24 * 3600.0
+_ENCODER = msgspec.json.Encoder()
+
+
+def retry_delay(attempt: int) -> float:
+    """Backoff before delivery `attempt + 1`: 0.5 s, 1 s, 2 s, … capped at 30 s."""
+    return float(min(30.0, 0.5 * 2 ** (attempt - 1)))
+
+
+class RunRecords:
+    def __init__(self, kv: KeyValue) -> None:
+        self.kv = kv
+
+    @classmethod
+    async def open(cls, nc: NATS, *, replicas: int = 1) -> "RunRecords":
+        js = nc.jetstream()
+        try:
+            kv = await js.key_value(subjects.RUN_STATE_BUCKET)
+        except BucketNotFoundError:
+            kv = await js.create_key_value(
+                bucket=subjects.RUN_STATE_BUCKET, history=1, ttl=RECORD_TTL, replicas=replicas
+            )
+        return cls(kv)
+
+    async def get(self, tenant: str, user_id: str, run_id: str) -> RunRecord | None:
+        try:
+            entry = await self.kv.get(subjects.run_key(tenant, user_id, run_id))
+        except KeyNotFoundError:
+            return None
+        return RUN_RECORD_DECODER.decode(entry.value) if entry.value else None
+
+    async def put(self, record: RunRecord) -> None:
+        key = subjects.run_key(record.tenant, record.user_id, record.run_id)
+        await self.kv.put(key, _ENCODER.encode(record))
+
+    async def list(self, tenant: str, user_id: str) -> list[RunRecord]:
+        keys = await keys_matching(self.kv, f"{tenant}.{user_id}.*")
+        records = []
+        for key in keys:
+            record = await self.get(tenant, user_id, key.rsplit(".", 1)[1])
+            if record is not None:
+                records.append(record)
+        return records
+
+
+def now() -> datetime:
+    return datetime.now(UTC)

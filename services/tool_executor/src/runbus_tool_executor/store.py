@@ -1,0 +1,124 @@
+"""JetStream KV behind the executor: call records by idempotency key, and the shared catalog."""
+
+import asyncio
+from collections.abc import Iterable, Sequence
+from typing import Final
+
+from nats.aio.client import Client as NATS
+from nats.js.api import KeyValueConfig, StorageType
+from nats.js.errors import BadRequestError, KeyNotFoundError, KeyWrongLastSequenceError, NoKeysError
+from nats.js.kv import KeyValue
+
+from runbus import subjects
+from runbus.messages import encode
+
+from .calls import CALL_RECORD_DECODER, CallRecord
+from .catalog import CATALOG_ENTRY_DECODER, CatalogEntry
+from .registry import TOOL_NAME
+
+CALL_RECORD_TTL: Final = 24 * 3600.0
+"""Seconds a call record is kept: far longer than any run retries a call."""
+CATALOG_TTL: Final = 7 * 24 * 3600.0
+"""Seconds an entry of a deployment that is gone lingers before JetStream drops it."""
+
+
+async def open_bucket(
+    nc: NATS, bucket: str, *, ttl: float, replicas: int, description: str
+) -> KeyValue:
+    """Create the bucket, or bind to it when another replica made it (maybe configured
+    differently: the first one wins)."""
+    js = nc.jetstream()
+    config = KeyValueConfig(
+        bucket=bucket,
+        description=description,
+        ttl=ttl,
+        replicas=replicas,
+        storage=StorageType.FILE,
+        direct=True,
+    )
+    try:
+        return await js.create_key_value(config)
+    except BadRequestError:
+        return await js.key_value(bucket)
+
+
+async def open_stores(nc: NATS, *, replicas: int) -> tuple["KvCallStore", "KvCatalog"]:
+    calls, catalog = await asyncio.gather(
+        open_bucket(
+            nc,
+            subjects.TOOL_CALLS_BUCKET,
+            ttl=CALL_RECORD_TTL,
+            replicas=replicas,
+            description="runbus tool calls by idempotency key (run id + call id)",
+        ),
+        open_bucket(
+            nc,
+            subjects.TOOL_CATALOG_BUCKET,
+            ttl=CATALOG_TTL,
+            replicas=replicas,
+            description="runbus tool catalog: every deployment's tools",
+        ),
+    )
+    return KvCallStore(calls), KvCatalog(catalog)
+
+
+class KvCallStore:
+    """Call records in the `RUNBUS_TOOL_CALLS` bucket; compare-and-set keeps one runner."""
+
+    def __init__(self, kv: KeyValue) -> None:
+        self.kv = kv
+
+    async def get(self, key: str) -> tuple[CallRecord, int] | None:
+        try:
+            entry = await self.kv.get(key)
+        except KeyNotFoundError:
+            return None
+        if not entry.value:
+            return None
+        return CALL_RECORD_DECODER.decode(entry.value), entry.revision or 0
+
+    async def claim(self, key: str, record: CallRecord) -> bool:
+        try:
+            await self.kv.create(key, encode(record))
+        except KeyWrongLastSequenceError:
+            return False
+        return True
+
+    async def take_over(self, key: str, record: CallRecord, revision: int) -> bool:
+        try:
+            await self.kv.update(key, encode(record), last=revision)
+        except KeyWrongLastSequenceError:
+            return False
+        return True
+
+    async def finish(self, key: str, record: CallRecord) -> None:
+        await self.kv.put(key, encode(record))
+
+
+class KvCatalog:
+    """Catalog entries in the `RUNBUS_TOOL_CATALOG` bucket, one key per tool name."""
+
+    def __init__(self, kv: KeyValue) -> None:
+        self.kv = kv
+
+    async def publish(self, entries: Iterable[CatalogEntry]) -> None:
+        await asyncio.gather(*(self.kv.put(e.spec.name, encode(e)) for e in entries))
+
+    async def get(self, names: Sequence[str]) -> list[CatalogEntry]:
+        safe = [n for n in dict.fromkeys(names) if TOOL_NAME.fullmatch(n)]
+        found = await asyncio.gather(*(self._get(n) for n in safe))
+        return [e for e in found if e is not None]
+
+    async def all(self) -> list[CatalogEntry]:
+        try:
+            keys = await self.kv.keys()
+        except NoKeysError:
+            return []
+        return await self.get(keys)
+
+    async def _get(self, name: str) -> CatalogEntry | None:
+        try:
+            entry = await self.kv.get(name)
+        except KeyNotFoundError:
+            return None
+        return CATALOG_ENTRY_DECODER.decode(entry.value) if entry.value else None

@@ -1,0 +1,31 @@
+"""`runbus approve|deny <run_id> <call_id>`: decide a call a run is waiting on."""
+
+import argparse
+
+from ..client import RunbusClient
+from ..messages.runs import APPROVAL_DECIDED_DECODER, ApprovalDecide
+from ..settings import Settings
+from ._common import Subparsers, connected
+
+
+def register(subparsers: Subparsers) -> None:
+    for verb, decision in (("approve", "approved"), ("deny", "denied")):
+        parser = subparsers.add_parser(verb, help=f"{verb} a tool call a run is waiting on")
+        parser.add_argument("run_id")
+        parser.add_argument("call_id")
+        parser.add_argument("--note", default="", help="shown to the model with a denial")
+        parser.set_defaults(handler=handle, decision=decision)
+
+
+async def handle(settings: Settings, args: argparse.Namespace) -> int:
+    async with connected(settings) as nc:
+        client = RunbusClient(nc, token=settings.token)
+        decided = await client.call(
+            "approvals.decide",
+            ApprovalDecide(
+                run_id=args.run_id, call_id=args.call_id, decision=args.decision, note=args.note
+            ),
+            APPROVAL_DECIDED_DECODER,
+        )
+    print(f"{decided.run_id} {decided.call_id}: {decided.decision}")
+    return 0

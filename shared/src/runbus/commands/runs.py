@@ -1,0 +1,84 @@
+"""`runbus runs list|show|cancel|follow`: the caller's runs, through the gateway's API."""
+
+import argparse
+import sys
+
+import msgspec
+
+from ..client import RunbusClient
+from ..messages.runs import (
+    RUN_INFO_DECODER,
+    RUN_LISTED_DECODER,
+    RunCancel,
+    RunGet,
+    RunList,
+    RunRecord,
+)
+from ..render import EventPrinter
+from ..settings import Settings
+from ._common import Subparsers, connected
+
+
+def register(subparsers: Subparsers) -> None:
+    runs = subparsers.add_parser("runs", help="your runs: list, show, cancel, follow")
+    actions = runs.add_subparsers(dest="action", required=True)
+    listing = actions.add_parser("list", help="your runs, newest first")
+    listing.add_argument("--session", default=None)
+    listing.add_argument("--limit", type=int, default=20)
+    for name, text in (
+        ("show", "one run's status and result"),
+        ("cancel", "cancel a run"),
+        ("follow", "replay a run's events, then follow it live"),
+    ):
+        action = actions.add_parser(name, help=text)
+        action.add_argument("run_id")
+    actions.choices["follow"].add_argument(
+        "--after", type=int, default=0, help="resume after this event sequence"
+    )
+    for action in actions.choices.values():
+        action.add_argument("--json", action="store_true", help="machine-readable output")
+    runs.set_defaults(handler=handle)
+
+
+def _describe(record: RunRecord) -> str:
+    outcome = record.text or (
+        f"[{record.error.code}] {record.error.message}" if record.error else ""
+    )
+    return (
+        f"{record.run_id:<20} {record.status:<10} {record.agent:<10} {record.session_id:<16} "
+        f"{record.created_at:%Y-%m-%d %H:%M:%S}  {outcome[:80]}"
+    )
+
+
+async def handle(settings: Settings, args: argparse.Namespace) -> int:
+    async with connected(settings) as nc:
+        client = RunbusClient(nc, token=settings.token)
+        match args.action:
+            case "list":
+                listed = await client.call(
+                    "runs.list",
+                    RunList(session_id=args.session, limit=args.limit),
+                    RUN_LISTED_DECODER,
+                )
+                if args.json:
+                    sys.stdout.write(msgspec.json.encode(listed.records).decode() + "\n")
+                for record in [] if args.json else listed.records:
+                    print(_describe(record))
+            case "show" | "cancel":
+                op, message = (
+                    ("runs.get", RunGet(run_id=args.run_id))
+                    if args.action == "show"
+                    else ("runs.cancel", RunCancel(run_id=args.run_id))
+                )
+                info = await client.call(op, message, RUN_INFO_DECODER)
+                if args.json:
+                    sys.stdout.write(msgspec.json.encode(info.record).decode() + "\n")
+                else:
+                    print(_describe(info.record))
+                    if args.action == "cancel" and info.record.status == "running":
+                        print("cancel requested")
+            case "follow":
+                printer = EventPrinter(sys.stdout, as_json=args.json)
+                async for item in client.follow(args.run_id, after=args.after):
+                    printer(item.event)
+    return 0

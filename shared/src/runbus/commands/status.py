@@ -1,0 +1,402 @@
+"""`runbus status`: every service's replicas, versions and per-endpoint stats from nats.micro
+discovery (`$SRV.PING|INFO|STATS`); `--ping <service>` is the health check of one service."""
+
+import argparse
+import asyncio
+import socket
+import sys
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any, Final
+
+import msgspec
+import nats
+import nats.errors
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+
+from ..runner import resolve_nats_url
+from ..settings import Settings
+from ..supervisor import SERVICES
+from ._common import Subparsers
+
+DISCOVERY_WAIT: Final = 0.3
+"""Seconds to collect replies: every replica answers, and nothing says how many there are."""
+HOST_METADATA: Final = "host"
+"""Service metadata key naming the host (container, pod) a replica runs on."""
+
+
+# What nats.micro replicas answer (io.nats.micro.v1.*_response); unknown fields are ignored.
+
+
+class _Identity(msgspec.Struct, frozen=True):
+    id: str
+    name: str
+    version: str = ""
+    metadata: dict[str, str] | None = None
+
+
+class _Ping(_Identity, frozen=True):
+    pass
+
+
+class _EndpointInfo(msgspec.Struct, frozen=True):
+    name: str
+    subject: str
+    queue_group: str = ""
+
+
+class _Info(_Identity, frozen=True):
+    description: str | None = None
+    endpoints: list[_EndpointInfo] | None = None
+
+
+class _EndpointStats(msgspec.Struct, frozen=True):
+    name: str
+    subject: str
+    queue_group: str = ""
+    num_requests: int = 0
+    num_errors: int = 0
+    processing_time: int = 0
+    data: Any = None
+
+
+class _Stats(_Identity, frozen=True):
+    started: str = ""
+    endpoints: list[_EndpointStats] | None = None
+
+
+# What `runbus status --json` prints.
+
+
+class EndpointStatus(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    """Endpoint name as the service registered it (`load`, `invoke-get_weather`)."""
+    subject: str
+    """Subject it answers on."""
+    queue_group: str
+    """Queue group the replicas share (the service name)."""
+    requests: int
+    """Requests handled, summed over the replicas that answered."""
+    errors: int
+    """Requests that ended in an error, summed over the replicas."""
+    total_ms: float
+    """Processing time of all those requests in milliseconds."""
+    average_ms: float
+    """Average processing time per request in milliseconds (0 with no requests)."""
+
+
+class Replica(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    """nats.micro instance id (new at every start)."""
+    version: str
+    """runbus version the replica runs."""
+    ready: bool
+    """Answered `$SRV.PING`: connected to NATS and subscribed."""
+    started: str
+    """When the replica started (UTC, ISO 8601), if it reported stats."""
+    host: str
+    """Host the replica runs on, if it reports one in its metadata."""
+    endpoints: list[EndpointStatus]
+    """This replica's own endpoint stats."""
+
+
+class ServiceStatus(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    """Service name (= its queue group)."""
+    replicas: int
+    """Replicas that answered discovery."""
+    ready: int
+    """Replicas that answered `$SRV.PING`."""
+    versions: list[str]
+    """Distinct versions the replicas run (two during a rolling update)."""
+    description: str
+    """What the service owns, as it describes itself."""
+    endpoints: list[EndpointStatus]
+    """Per-endpoint stats summed over the replicas."""
+    instances: list[Replica]
+    """Each replica on its own."""
+
+
+class Status(msgspec.Struct, frozen=True, kw_only=True):
+    url: str
+    """The NATS server(s) asked."""
+    services: list[ServiceStatus]
+    """Every runbus service (missing ones with 0 replicas), then any other micro service."""
+
+
+def register(subparsers: Subparsers) -> None:
+    status = subparsers.add_parser(
+        "status", help="services, replicas, versions and endpoint stats ($SRV discovery)"
+    )
+    status.add_argument("--json", action="store_true", help="one JSON document")
+    status.add_argument(
+        "--ping",
+        metavar="SERVICE",
+        help="health check: exit 0 if a replica of SERVICE answers $SRV.PING, else 1",
+    )
+    status.add_argument(
+        "--local",
+        action="store_true",
+        help=f"with --ping: only a replica on this host counts (metadata {HOST_METADATA!r})",
+    )
+    status.add_argument(
+        "--wait",
+        type=float,
+        default=DISCOVERY_WAIT,
+        help=f"seconds to collect replies (default {DISCOVERY_WAIT})",
+    )
+    status.set_defaults(handler=handle)
+
+
+async def handle(settings: Settings, args: argparse.Namespace) -> int:
+    url = resolve_nats_url(settings)
+    try:
+        nc = await _connect_once(url)
+    except (OSError, nats.errors.Error, TimeoutError) as exc:
+        print(f"runbus status: cannot reach NATS at {url}: {exc}", file=sys.stderr)
+        return 1
+    try:
+        if args.ping:
+            return await ping(nc, args.ping, wait=args.wait, local=args.local)
+        status = await discover(nc, url, wait=args.wait)
+    finally:
+        await nc.close()
+    if args.json:
+        print(msgspec.json.encode(status).decode())
+    else:
+        print(render(status))
+    missing = [s.name for s in status.services if s.name in SERVICES and s.ready == 0]
+    return 1 if missing else 0
+
+
+async def _connect_once(url: str) -> NATS:
+    """A connection that gives up at once: a health check must answer, not wait for NATS."""
+
+    async def quiet(_: Exception) -> None:
+        pass  # the failure is reported once, by the caller
+
+    return await nats.connect(
+        # A cluster's URLs may come as one comma-separated list (compose.cluster.yaml).
+        [part.strip() for part in url.split(",") if part.strip()],
+        name="runbus-status",
+        connect_timeout=2,
+        max_reconnect_attempts=1,
+        reconnect_time_wait=0.1,
+        error_cb=quiet,
+    )
+
+
+async def collect(nc: NATS, subject: str, wait: float) -> list[bytes]:
+    """Every reply to one request on `subject` that arrives within `wait` seconds."""
+    replies: list[bytes] = []
+
+    async def on_reply(msg: Msg) -> None:
+        # A no-responders status (503, empty body) just means nobody is there.
+        if msg.data:
+            replies.append(msg.data)
+
+    inbox = nc.new_inbox()
+    subscription = await nc.subscribe(inbox, cb=on_reply)
+    try:
+        await nc.publish(subject, b"", reply=inbox)
+        await asyncio.sleep(wait)
+    finally:
+        await subscription.unsubscribe()
+    return replies
+
+
+def _decode_all(replies: Iterable[bytes], decoder: msgspec.json.Decoder[Any]) -> list[Any]:
+    decoded = []
+    for data in replies:
+        try:
+            decoded.append(decoder.decode(data))
+        except msgspec.DecodeError:
+            continue  # not a micro reply; another client shares the subject
+    return decoded
+
+
+_PING_DECODER: Final = msgspec.json.Decoder(_Ping)
+_INFO_DECODER: Final = msgspec.json.Decoder(_Info)
+_STATS_DECODER: Final = msgspec.json.Decoder(_Stats)
+
+
+async def discover(nc: NATS, url: str, *, wait: float = DISCOVERY_WAIT) -> Status:
+    """Ask every replica of every service for its ping, info and stats, all at once."""
+    pings, infos, stats = await asyncio.gather(
+        collect(nc, "$SRV.PING", wait),
+        collect(nc, "$SRV.INFO", wait),
+        collect(nc, "$SRV.STATS", wait),
+    )
+    return summarise(
+        url,
+        _decode_all(pings, _PING_DECODER),
+        _decode_all(infos, _INFO_DECODER),
+        _decode_all(stats, _STATS_DECODER),
+    )
+
+
+async def ping(nc: NATS, service: str, *, wait: float, local: bool) -> int:
+    """Exit code of a health check: 0 if a (local) replica of `service` answers."""
+    replies = _decode_all(await collect(nc, f"$SRV.PING.{service}", wait), _PING_DECODER)
+    host = socket.gethostname()
+    ready = [p for p in replies if not local or (p.metadata or {}).get(HOST_METADATA) == host]
+    where = f" on {host}" if local else ""
+    if not ready:
+        print(f"{service}: no replica{where} answers $SRV.PING.{service}", file=sys.stderr)
+        return 1
+    print(f"{service}: {len(ready)} replica(s){where} ready")
+    return 0
+
+
+def _counted(stats: _EndpointStats, key: str, default: int) -> int:
+    """The service's own count from the endpoint's `data` when it reports one.
+
+    nats.micro counts an error only when a handler raises, and times a request only until the
+    handler returns; a service that answers errors itself and works in a task reports the
+    real numbers in `data`, under the same keys as the stats.
+    """
+    if isinstance(stats.data, dict):
+        value = stats.data.get(key)
+        if isinstance(value, int):
+            return value
+    return default
+
+
+def _endpoint(stats: _EndpointStats) -> EndpointStatus:
+    requests = stats.num_requests
+    total_ms = _counted(stats, "processing_time", stats.processing_time) / 1e6
+    return EndpointStatus(
+        name=stats.name,
+        subject=stats.subject,
+        queue_group=stats.queue_group,
+        requests=requests,
+        errors=_counted(stats, "num_errors", stats.num_errors),
+        total_ms=round(total_ms, 3),
+        average_ms=round(total_ms / requests, 3) if requests else 0.0,
+    )
+
+
+def _idle(info: _EndpointInfo) -> EndpointStatus:
+    return EndpointStatus(
+        name=info.name,
+        subject=info.subject,
+        queue_group=info.queue_group,
+        requests=0,
+        errors=0,
+        total_ms=0.0,
+        average_ms=0.0,
+    )
+
+
+def _summed(endpoints: list[EndpointStatus]) -> EndpointStatus:
+    requests = sum(e.requests for e in endpoints)
+    total_ms = sum(e.total_ms for e in endpoints)
+    return msgspec.structs.replace(
+        endpoints[0],
+        requests=requests,
+        errors=sum(e.errors for e in endpoints),
+        total_ms=round(total_ms, 3),
+        average_ms=round(total_ms / requests, 3) if requests else 0.0,
+    )
+
+
+def _service(name: str, replicas: list[Replica], description: str) -> ServiceStatus:
+    by_endpoint: dict[str, list[EndpointStatus]] = defaultdict(list)
+    for replica in replicas:
+        for endpoint in replica.endpoints:
+            by_endpoint[endpoint.name].append(endpoint)
+    return ServiceStatus(
+        name=name,
+        replicas=len(replicas),
+        ready=sum(r.ready for r in replicas),
+        versions=sorted({r.version for r in replicas if r.version}),
+        description=description,
+        endpoints=[_summed(by_endpoint[e]) for e in sorted(by_endpoint)],
+        instances=replicas,
+    )
+
+
+def summarise(url: str, pings: list[_Ping], infos: list[_Info], stats: list[_Stats]) -> Status:
+    """Join the three kinds of reply by instance id and group the replicas by service."""
+    name_of = {r.id: r.name for r in (*pings, *infos, *stats)}
+    version_of = {r.id: r.version for r in (*pings, *infos, *stats) if r.version}
+    host_of = {
+        r.id: r.metadata[HOST_METADATA]
+        for r in (*pings, *infos, *stats)
+        if r.metadata and HOST_METADATA in r.metadata
+    }
+    description_of = {i.name: i.description or "" for i in infos}
+    info_of = {i.id: i for i in infos}
+    stats_of = {s.id: s for s in stats}
+    ready = {p.id for p in pings}
+
+    replicas: dict[str, list[Replica]] = defaultdict(list)
+    for instance, name in sorted(name_of.items()):
+        own = stats_of.get(instance)
+        info = info_of.get(instance)
+        if own is not None:
+            endpoints = [_endpoint(e) for e in own.endpoints or []]
+        else:  # answered the ping or info in time, not the stats: endpoints without numbers
+            endpoints = [_idle(e) for e in (info.endpoints or [])] if info else []
+        replicas[name].append(
+            Replica(
+                id=instance,
+                version=version_of.get(instance, ""),
+                ready=instance in ready,
+                started=own.started if own else "",
+                host=host_of.get(instance, ""),
+                endpoints=endpoints,
+            )
+        )
+    others = sorted(set(replicas) - set(SERVICES))
+    return Status(
+        url=url,
+        services=[
+            _service(name, replicas.get(name, []), description_of.get(name, ""))
+            for name in (*SERVICES, *others)
+        ],
+    )
+
+
+def render(status: Status) -> str:
+    """A table for a person: one line per endpoint, the service on its first line."""
+    header = (
+        "SERVICE",
+        "REPLICAS",
+        "VERSION",
+        "ENDPOINT",
+        "SUBJECT",
+        "REQUESTS",
+        "ERRORS",
+        "AVG MS",
+    )
+    rows: list[tuple[str, ...]] = []
+    for service in status.services:
+        replicas = f"{service.ready}/{service.replicas} ready" if service.replicas else "none"
+        first = (service.name, replicas, ",".join(service.versions) or "-")
+        if not service.endpoints:
+            rows.append((*first, "-", "", "", "", ""))
+        for index, e in enumerate(service.endpoints):
+            lead = first if index == 0 else ("", "", "")
+            rows.append(
+                (
+                    *lead,
+                    e.name,
+                    e.subject,
+                    str(e.requests),
+                    str(e.errors),
+                    f"{e.average_ms:.2f}",
+                )
+            )
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    right = {5, 6, 7}
+
+    def line(row: tuple[str, ...]) -> str:
+        cells = [
+            cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
+            for i, cell in enumerate(row)
+        ]
+        return "  ".join(cells).rstrip()
+
+    return "\n".join([f"NATS {status.url}", line(header), *map(line, rows)])

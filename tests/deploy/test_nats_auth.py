@@ -1,0 +1,231 @@
+"""deploy/nats/auth.conf on a real nats-server: a client may publish run requests, call the API
+and read run events, and nothing else; the services get the internal subjects; the monitor
+user may only discover services. The whole stack runs with these users."""
+
+import asyncio
+import subprocess
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Final
+
+import nats
+import nats.errors
+import pytest
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.js.api import StreamConfig
+
+from runbus import subjects
+from runbus.client import RunbusClient
+from runbus.embedded import EmbeddedNats, nats_server_binary
+from runbus.messages import RunCompleted
+from tests.stack import start_stack
+
+AUTH_CONF: Final = Path(__file__).resolve().parents[2] / "deploy" / "nats" / "auth.conf"
+PASSWORDS: Final = {
+    "NATS_RUNBUS_SERVICE_PASSWORD": "service-secret",
+    "NATS_RUNBUS_CLIENT_PASSWORD": "client-secret",
+    "NATS_RUNBUS_MONITOR_PASSWORD": "monitor-secret",
+    "NATS_SYS_PASSWORD": "sys-secret",
+}
+
+
+class ConfiguredNats(EmbeddedNats):
+    """The embedded server started with a config file (and its passwords in the env)."""
+
+    def __init__(self, store_dir: Path, config: Path, env: dict[str, str]) -> None:
+        super().__init__(store_dir)
+        self.config = config
+        self.env = env
+
+    def start(self, timeout: float = 10.0) -> str:
+        ports_dir = Path(tempfile.mkdtemp(prefix="runbus-nats-ports-"))
+        self._process = subprocess.Popen(
+            [
+                str(nats_server_binary()),
+                "-c", str(self.config),
+                "--addr", "127.0.0.1",
+                "--port", "-1",
+                "--jetstream",
+                "--store_dir", str(self.store_dir),
+                "--ports_file_dir", str(ports_dir),
+            ],
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        return self._wait_for_port(ports_dir, timeout)
+
+
+def as_user(url: str, user: str) -> str:
+    password = PASSWORDS[f"NATS_{user.upper().replace('-', '_')}_PASSWORD"]
+    return url.replace("nats://", f"nats://{user}:{password}@", 1)
+
+
+@pytest.fixture
+def secured(tmp_path: Path) -> Iterator[str]:
+    server = ConfiguredNats(tmp_path / "jetstream", AUTH_CONF, PASSWORDS)
+    server.start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+class Connection:
+    """A connection as one user, keeping the errors the server sent it."""
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+        self.nc: NATS | None = None
+
+    async def open(self, url: str) -> NATS:
+        async def on_error(error: Exception) -> None:
+            self.errors.append(str(error))
+
+        self.nc = await nats.connect(url, error_cb=on_error, max_reconnect_attempts=1)
+        return self.nc
+
+
+@pytest.fixture
+async def service(secured: str) -> AsyncIterator[NATS]:
+    nc = await nats.connect(as_user(secured, "runbus-service"))
+    await nc.jetstream().add_stream(
+        StreamConfig(name=subjects.RUNS_STREAM, subjects=[subjects.RUNS_ALL])
+    )
+    yield nc
+    await nc.drain()
+
+
+@pytest.fixture
+async def client(secured: str) -> AsyncIterator[Connection]:
+    connection = Connection()
+    await connection.open(as_user(secured, "runbus-client"))
+    yield connection
+    assert connection.nc is not None
+    await connection.nc.drain()
+
+
+@pytest.mark.parametrize("config", ["auth.conf", "nats-auth.conf"])
+def test_nats_server_accepts_the_auth_config(config: str) -> None:
+    result = subprocess.run(
+        [str(nats_server_binary()), "-t", "-c", str(AUTH_CONF.parent / config)],
+        env=PASSWORDS,
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=False,
+    )
+
+    assert result.returncode == 0, result.stderr
+
+
+def test_nats_server_refuses_the_auth_config_without_its_passwords() -> None:
+    result = subprocess.run(
+        [str(nats_server_binary()), "-t", "-c", str(AUTH_CONF)],
+        env={},
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=False,
+    )
+
+    assert result.returncode != 0
+    assert "NATS_RUNBUS_SERVICE_PASSWORD" in result.stderr
+
+
+async def test_a_client_can_publish_a_run_request_and_jetstream_stores_it(
+    service: NATS, client: Connection
+) -> None:
+    assert client.nc is not None
+
+    ack = await client.nc.jetstream().publish(
+        subjects.runs("travel"), b"{}", headers={"Nats-Msg-Id": "r-auth-1"}
+    )
+
+    assert ack.stream == subjects.RUNS_STREAM
+    assert client.errors == []
+
+
+async def test_a_client_cannot_publish_to_an_internal_service_subject(
+    service: NATS, client: Connection
+) -> None:
+    assert client.nc is not None
+    received: list[Msg] = []
+
+    async def on_message(msg: Msg) -> None:
+        received.append(msg)
+
+    await service.subscribe(subjects.HISTORY_LOAD, cb=on_message)
+    await service.flush()
+
+    await client.nc.publish(subjects.HISTORY_LOAD, b'{"type":"history.load"}')
+    with pytest.raises(nats.errors.TimeoutError):
+        await client.nc.request(subjects.tool_invoke("create_booking"), b"{}", timeout=0.3)
+    await client.nc.flush()
+    await asyncio.sleep(0.1)
+
+    assert received == []
+    assert any(
+        f'permissions violation for publish to "{subjects.HISTORY_LOAD}"' in error.lower()
+        for error in client.errors
+    ), client.errors
+
+
+async def test_a_client_cannot_subscribe_to_internal_subjects_but_can_to_run_events(
+    service: NATS, client: Connection
+) -> None:
+    assert client.nc is not None
+    events = await client.nc.subscribe(subjects.events("r-auth-2"))
+    await client.nc.subscribe(subjects.HISTORY_LOG_ALL)
+    await client.nc.flush()
+    await asyncio.sleep(0.1)
+
+    await service.publish(subjects.events("r-auth-2"), b"{}")
+    await service.publish(subjects.history_log("acme", "s1"), b"{}")
+
+    assert (await events.next_msg(timeout=2)).data == b"{}"
+    assert any(
+        f'permissions violation for subscription to "{subjects.HISTORY_LOG_ALL}"' in error.lower()
+        for error in client.errors
+    ), client.errors
+
+
+async def test_the_stack_runs_as_the_service_user_for_a_client_user(
+    secured: str, tmp_path: Path
+) -> None:
+    async with start_stack(as_user(secured, "runbus-service"), data_dir=tmp_path / "data"):
+        connection = Connection()
+        nc = await connection.open(as_user(secured, "runbus-client"))
+        try:
+            completed = await RunbusClient(nc, token="dev-alice").run(
+                "travel", "Weather in Hobart?", session_id="s-auth"
+            )
+        finally:
+            await nc.drain()
+
+    assert isinstance(completed, RunCompleted)
+    assert "Hobart" in completed.text
+    assert connection.errors == []
+
+
+async def test_the_monitor_user_discovers_services_and_may_not_touch_runs(
+    secured: str, tmp_path: Path
+) -> None:
+    async with start_stack(as_user(secured, "runbus-service"), data_dir=tmp_path / "data"):
+        connection = Connection()
+        nc = await connection.open(as_user(secured, "runbus-monitor"))
+        try:
+            pong = await nc.request("$SRV.PING.history", b"", timeout=2)
+            await nc.publish(subjects.runs("travel"), b"{}")
+            await nc.flush()
+            await asyncio.sleep(0.1)
+        finally:
+            await nc.drain()
+
+    assert b'"name":"history"' in pong.data.replace(b" ", b"")
+    assert any(
+        f'permissions violation for publish to "{subjects.runs("travel")}"' in error.lower()
+        for error in connection.errors
+    ), connection.errors

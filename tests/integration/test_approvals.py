@@ -1,0 +1,179 @@
+"""Human in the loop and terminate, through the whole stack: a run waits for a person,
+survives a restart of every service, books once; a policy stop leaves no orphan call."""
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import msgspec
+import nats
+import pytest
+
+from runbus.client import RunbusClient
+from runbus.embedded import EmbeddedNats
+from runbus.errors import RemoteError
+from runbus.messages import (
+    HistoryLoad,
+    ModelRequest,
+    RunApprovalRequested,
+    RunCompleted,
+    RunFailed,
+)
+from runbus.messages.history import HISTORY_LOADED_DECODER
+from runbus.messages.runs import APPROVAL_DECIDED_DECODER, ApprovalDecide
+from runbus_gateway.agents import load_agents
+from runbus_tool_executor.travel import ledger
+from tests.models import GatedModel, call, text
+from tests.stack import start_stack
+
+AGENTS = {"travel": msgspec.structs.replace(load_agents()["travel"], model="gated")}
+GATEWAY = {"ack_wait": 1.0, "stop_grace": 0.2}
+
+
+def book(cabin: str, flight_id: str = "QF412-20261208"):  # type: ignore[no-untyped-def]
+    def reply(request: ModelRequest, step: int):  # type: ignore[no-untyped-def]
+        if step == 0:
+            return call("create_booking", "c-book", flight_id=flight_id, cabin=cabin)
+        result = [r for m in request.messages for r in m.function_results][-1]
+        return text(f"Outcome: {result.error or result.result}")
+
+    return reply
+
+
+@pytest.fixture
+async def alice(nats_server: EmbeddedNats) -> AsyncIterator[RunbusClient]:
+    nc = await nats.connect(nats_server.url)
+    yield RunbusClient(nc, token="dev-alice")
+    await nc.drain()
+
+
+async def _events_until_approval(client: RunbusClient, run_id: str) -> RunApprovalRequested:
+    async for item in client.follow(run_id, timeout=20):
+        if isinstance(item.event, RunApprovalRequested):
+            return item.event
+        assert not isinstance(item.event, RunCompleted | RunFailed), item.event
+    raise AssertionError("no approval request")
+
+
+async def _final(client: RunbusClient, run_id: str) -> RunCompleted | RunFailed:
+    async for item in client.follow(run_id, timeout=20):
+        if isinstance(item.event, RunCompleted | RunFailed):
+            return item.event
+    raise AssertionError("no final event")
+
+
+async def test_approval_pauses_the_run_across_a_restart_of_every_service_and_books_once(
+    nats_server: EmbeddedNats, tmp_path: Path, alice: RunbusClient
+) -> None:
+    model = GatedModel(book("business"))
+    async with start_stack(
+        nats_server.url,
+        data_dir=tmp_path / "a",
+        agents=AGENTS,
+        routes={"gated": model},
+        gateway_options=GATEWAY,
+    ):
+        run_id = await alice.start("travel", "Book QF412 in business", session_id="appr")
+        asked = await _events_until_approval(alice, run_id)
+    # Every service is gone; the run request was never acked, the approval is pending in KV.
+    assert ledger.count(run_id) == 0
+    async with start_stack(
+        nats_server.url,
+        data_dir=tmp_path / "b",
+        agents=AGENTS,
+        routes={"gated": model},
+        gateway_options=GATEWAY,
+    ):
+        decided = await alice.call(
+            "approvals.decide",
+            ApprovalDecide(run_id=run_id, call_id=asked.call_id, decision="approved"),
+            APPROVAL_DECIDED_DECODER,
+        )
+        final = await _final(alice, run_id)
+        with pytest.raises(RemoteError) as again:
+            await alice.call(
+                "approvals.decide",
+                ApprovalDecide(run_id=run_id, call_id=asked.call_id, decision="denied"),
+                APPROVAL_DECIDED_DECODER,
+            )
+
+    assert asked.tool == "create_booking"
+    assert "A$" in asked.reason
+    assert decided.decision == "approved"
+    assert isinstance(final, RunCompleted)
+    assert "approved_by" in final.text
+    assert ledger.count(run_id) == 1
+    assert again.value.remote_code == "conflict"
+
+
+async def test_a_denied_call_is_a_result_the_model_reads_and_nothing_is_booked(
+    nats_server: EmbeddedNats, tmp_path: Path, alice: RunbusClient, bob_client: RunbusClient
+) -> None:
+    model = GatedModel(book("business"))
+    async with start_stack(
+        nats_server.url,
+        data_dir=tmp_path,
+        agents=AGENTS,
+        routes={"gated": model},
+        gateway_options=GATEWAY,
+    ):
+        run_id = await alice.start("travel", "Book QF412 in business", session_id="deny")
+        asked = await _events_until_approval(alice, run_id)
+        with pytest.raises(RemoteError) as foreign:
+            await bob_client.call(
+                "approvals.decide",
+                ApprovalDecide(run_id=run_id, call_id=asked.call_id, decision="approved"),
+                APPROVAL_DECIDED_DECODER,
+            )
+        await alice.call(
+            "approvals.decide",
+            ApprovalDecide(
+                run_id=run_id, call_id=asked.call_id, decision="denied", note="too expensive"
+            ),
+            APPROVAL_DECIDED_DECODER,
+        )
+        final = await _final(alice, run_id)
+
+    assert foreign.value.remote_code == "not_found"
+    assert isinstance(final, RunCompleted)
+    assert "denied" in final.text
+    assert ledger.count(run_id) == 0
+
+
+@pytest.fixture
+async def bob_client(nats_server: EmbeddedNats) -> AsyncIterator[RunbusClient]:
+    nc = await nats.connect(nats_server.url)
+    yield RunbusClient(nc, token="dev-bob")
+    await nc.drain()
+
+
+async def test_policy_terminate_stops_the_loop_and_answers_every_call_of_the_batch(
+    nats_server: EmbeddedNats, tmp_path: Path, alice: RunbusClient
+) -> None:
+    def two_bookings(request: ModelRequest, step: int):  # type: ignore[no-untyped-def]
+        assert step == 0, "no model call may follow a terminate"
+        message = call("create_booking", "c-ok", flight_id="QF412-20261208")
+        blocked = call("create_booking", "c-blocked", flight_id="VA823-20261208")
+        return msgspec.structs.replace(message, contents=message.contents + blocked.contents)
+
+    model = GatedModel(two_bookings)
+    async with start_stack(
+        nats_server.url,
+        data_dir=tmp_path,
+        agents=AGENTS,
+        routes={"gated": model},
+        gateway_options=GATEWAY,
+    ):
+        done = await alice.run("travel", "Book both", session_id="term")
+        loaded = await alice.call(
+            "history.load", HistoryLoad(session_id="term"), HISTORY_LOADED_DECODER
+        )
+        model.replies = lambda request, step: text("Next run works.")  # type: ignore[assignment]
+        after = await alice.run("travel", "Anything else?", session_id="term")
+
+    assert len(model.requests) == 2  # the terminated run's only call, then the next run's
+    assert "VA823" in done.text
+    [tool_message] = [m for m in loaded.messages if m.role == "tool"]
+    assert {r.call_id for r in tool_message.function_results} == {"c-ok", "c-blocked"}
+    assert after.text == "Next run works."
+    await asyncio.sleep(0)

@@ -1,0 +1,173 @@
+"""Beyond one machine: a 3-node NATS cluster on loopback with every runbus stream and KV bucket
+at 3 replicas. Stopping any one node while 50 runs are in flight loses none of them."""
+
+import asyncio
+import json
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Final
+
+import nats
+import nats.errors
+import nats.js.errors
+import pytest
+from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
+
+from runbus import subjects
+from runbus.embedded import EmbeddedNatsCluster
+from runbus.runner import connect
+from tests.helpers import raw_request
+from tests.stack import Stack, start_stack
+
+RUNS: Final = 50
+IN_FLIGHT: Final = 8
+STOP_AFTER: Final = 15
+"""The node goes down once this many runs have completed, with the next ones in flight."""
+FINISH_WITHIN: Final = 75.0
+"""Seconds every run has after the stop: elections, a lost request's timeout, a retry."""
+# What a service process uses (runbus.runner.connect): reconnect forever, quickly.
+RECONNECT: Final[dict[str, object]] = {"max_reconnect_attempts": -1, "reconnect_time_wait": 0.5}
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[EmbeddedNatsCluster]:
+    with EmbeddedNatsCluster(tmp_path / "cluster") as running:
+        yield running
+
+
+@pytest.fixture
+async def clustered_stack(cluster: EmbeddedNatsCluster, tmp_path: Path) -> AsyncIterator[Stack]:
+    async with start_stack(
+        cluster.urls,
+        data_dir=tmp_path / "data",
+        stream_replicas=3,
+        # A request lost with a node is retried by the run, not waited on for 30 s.
+        request_timeout=5.0,
+        connect_options=RECONNECT,
+    ) as stack:
+        yield stack
+
+
+async def publish_run(js: JetStreamContext, run_id: str) -> None:
+    """Publish until JetStream acknowledges; a repeat is dropped by `Nats-Msg-Id`."""
+    body = raw_request(run_id, f"Weather in Hobart? ({run_id})", session_id=f"s-{run_id}")
+    headers = {"Nats-Msg-Id": run_id, "rb-auth": "Bearer dev-alice"}
+    for _ in range(100):
+        try:
+            await js.publish(subjects.runs("travel"), body, headers=headers, timeout=2)
+            return
+        except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
+            await asyncio.sleep(0.1)
+    raise AssertionError(f"JetStream never acknowledged {run_id}")
+
+
+async def final_event(js: JetStreamContext, run_id: str, timeout: float = 60.0) -> str:
+    """The type of the run's terminal event, read back from the events stream."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while loop.time() < deadline:
+        try:
+            last = await js.get_last_msg(subjects.EVENTS_STREAM, subjects.events(run_id))
+            kind: str = json.loads(last.data or b"{}").get("type", "")
+            if kind in ("run.completed", "run.failed"):
+                return kind
+        except (nats.errors.Error, nats.js.errors.Error, TimeoutError):
+            pass  # no event yet, or the stream is electing a leader
+        await asyncio.sleep(0.1)
+    return "none"
+
+
+async def event_counts(nc: NATS) -> dict[str, Counter[str]]:
+    """Every event in the events stream, counted by type per run."""
+    counts: dict[str, Counter[str]] = {}
+    subscription = await nc.jetstream().subscribe(
+        subjects.EVENTS_ALL, stream=subjects.EVENTS_STREAM, ordered_consumer=True
+    )
+    try:
+        while True:
+            try:
+                msg = await subscription.next_msg(timeout=1)
+            except nats.errors.TimeoutError:
+                return counts
+            run_id = msg.subject.rsplit(".", 1)[-1]
+            counts.setdefault(run_id, Counter())[json.loads(msg.data)["type"]] += 1
+    finally:
+        await subscription.unsubscribe()
+
+
+async def stream_replicas(nc: NATS) -> dict[str, int]:
+    return {
+        str(info.config.name): info.config.num_replicas or 1
+        for info in await nc.jetstream().streams_info()
+    }
+
+
+@pytest.mark.parametrize("role", ["leader", "follower"])
+async def test_stopping_one_node_of_three_during_50_runs_loses_no_run(
+    cluster: EmbeddedNatsCluster, clustered_stack: Stack, role: str
+) -> None:
+    nc = await nats.connect(cluster.urls, max_reconnect_attempts=-1, reconnect_time_wait=0.5)
+    try:
+        js = nc.jetstream()
+        replicas = await stream_replicas(nc)
+        assert replicas, "the services created no stream"
+        assert set(replicas.values()) == {3}, replicas
+        queue_cluster = (await js.stream_info(subjects.RUNS_STREAM)).cluster
+        assert queue_cluster is not None
+        names = [node.name for node in cluster.nodes]
+        lead = names.index(str(queue_cluster.leader))
+        # The run queue's leader (its loss forces an election), or a node that only follows.
+        victim = lead if role == "leader" else (lead + 1) % len(names)
+
+        completed = 0
+        enough = asyncio.Event()
+        slots = asyncio.Semaphore(IN_FLIGHT)
+
+        async def one(index: int) -> tuple[str, str]:
+            nonlocal completed
+            run_id = f"r-cluster-{index}"
+            async with slots:
+                await publish_run(js, run_id)
+                outcome = await final_event(js, run_id)
+            completed += 1
+            if completed >= STOP_AFTER:
+                enough.set()
+            return run_id, outcome
+
+        runs = [asyncio.create_task(one(index)) for index in range(RUNS)]
+        await enough.wait()
+        in_flight = sum(not run.done() for run in runs)
+        cluster.stop_node(victim)
+        _, pending = await asyncio.wait(runs, timeout=FINISH_WITHIN)
+        for run in pending:
+            run.cancel()
+
+        assert in_flight > 0
+        assert not pending, f"{len(pending)} runs unfinished {FINISH_WITHIN:.0f}s after the stop"
+        outcomes = dict(run.result() for run in runs)
+        assert Counter(outcomes.values()) == {"run.completed": RUNS}
+        counts = await event_counts(nc)
+        assert sorted(counts) == sorted(outcomes)
+        assert {run_id: c["run.completed"] for run_id, c in counts.items()} == dict.fromkeys(
+            outcomes, 1
+        )
+        queue = await js.stream_info(subjects.RUNS_STREAM)
+        assert queue.state.messages == 0  # every request was acked, none left behind
+    finally:
+        await nc.close()
+
+
+async def test_a_service_connects_with_a_url_listing_every_node(
+    cluster: EmbeddedNatsCluster,
+) -> None:
+    # As compose.cluster.yaml sets it: nats://nats-1:4222,nats://nats-2:4222,nats://nats-3:4222
+    cluster.stop_node(0)
+
+    nc = await connect(",".join(cluster.urls), "runbus-test")
+    try:
+        assert nc.connected_url is not None
+        assert nc.connected_url.port != cluster.nodes[0].port
+    finally:
+        await nc.close()

@@ -1,0 +1,160 @@
+"""Runs survive a dying gateway, late clients replay every event, poison runs end in the dead
+letters, and a replica never runs more than its limit."""
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import msgspec
+import nats
+import pytest
+
+from runbus import subjects
+from runbus.client import RunbusClient
+from runbus.embedded import EmbeddedNats
+from runbus.messages import HistoryLoad, ModelRequest, RunCompleted, RunFailed, RunTextDelta
+from runbus.messages.history import HISTORY_LOADED_DECODER
+from runbus.messages.runs import RUN_INFO_DECODER, RUN_LISTED_DECODER, RunGet, RunList
+from runbus_gateway.agents import load_agents
+from runbus_gateway.auth import TokenVerifier
+from runbus_gateway.service import GatewayService
+from runbus_tool_executor.service import ToolExecutorService
+from tests.models import GatedModel, text, turn_step, weather_then_answer
+from tests.stack import Stack, start_stack
+
+AGENTS = {"travel": msgspec.structs.replace(load_agents()["travel"], model="gated")}
+
+
+@pytest.fixture
+async def alice(nats_server: EmbeddedNats) -> AsyncIterator[RunbusClient]:
+    nc = await nats.connect(nats_server.url)
+    yield RunbusClient(nc, token="dev-alice")
+    await nc.drain()
+
+
+def _invocations(stack: Stack, tool: str) -> int:
+    service = stack.services["tool_executor"]
+    assert isinstance(service, ToolExecutorService)
+    assert service._micro is not None
+    return sum(e.num_requests for e in service._micro.stats().endpoints if e.name.endswith(tool))
+
+
+async def test_run_of_a_dead_gateway_resumes_elsewhere_without_repeating_finished_steps(
+    nats_server: EmbeddedNats, tmp_path: Path, alice: RunbusClient
+) -> None:
+    model = GatedModel(weather_then_answer, hold={1})
+    async with start_stack(
+        nats_server.url,
+        data_dir=tmp_path,
+        agents=AGENTS,
+        routes={"gated": model},
+        gateway_options={"ack_wait": 1.5},
+    ) as stack:
+        run_id = await alice.start("travel", "Weather?", session_id="crash")
+        await asyncio.wait_for(model.reached.wait(), 10)  # step 0 and its tool call are done
+        doomed = stack.services["gateway"]
+        await stack.start_service(
+            GatewayService, agents=AGENTS, verifier=TokenVerifier.from_file(), ack_wait=1.5
+        )
+        model.hold.clear()
+        await doomed.nc.close()  # the replica vanishes mid-run: no ack, no cleanup reaches NATS
+        model.release.set()
+
+        finals = [
+            i.event
+            async for i in alice.follow(run_id, timeout=20)
+            if isinstance(i.event, RunCompleted | RunFailed)
+        ]
+        loaded = await alice.call(
+            "history.load", HistoryLoad(session_id="crash"), HISTORY_LOADED_DECODER
+        )
+        steps = [turn_step(r) for r in model.requests]
+        weather_calls = _invocations(stack, "get_weather")
+
+    assert len(finals) == 1
+    assert isinstance(finals[0], RunCompleted)
+    assert steps.count(0) == 1  # the finished model step was not repeated
+    assert weather_calls == 1  # nor was its tool call
+    ids = [m.message_id for m in loaded.messages]
+    assert ids == [f"{run_id}:{part}" for part in ("in0", "m0", "t0", "m1")]
+
+
+async def test_a_late_client_replays_every_event_in_order_and_can_resume_after_any(
+    nats_server: EmbeddedNats, tmp_path: Path, alice: RunbusClient
+) -> None:
+    model = GatedModel(weather_then_answer)
+    async with start_stack(
+        nats_server.url, data_dir=tmp_path, agents=AGENTS, routes={"gated": model}
+    ):
+        live = [e async for e in alice.stream("travel", "Weather?", session_id="late")]
+        run_id = live[0].run_id
+        replayed = [i async for i in alice.follow(run_id)]
+        resumed = [i async for i in alice.follow(run_id, after=replayed[2].seq)]
+
+    assert [i.event for i in replayed] == live
+    assert [i.seq for i in replayed] == sorted({i.seq for i in replayed})
+    assert [i.event for i in resumed] == live[3:]
+    assert any(isinstance(e, RunTextDelta) for e in live)
+
+
+async def test_a_poison_run_ends_in_the_dead_letters_and_does_not_block_others(
+    nats_server: EmbeddedNats, tmp_path: Path, alice: RunbusClient
+) -> None:
+    def explode_on_poison(request: ModelRequest, step: int) -> object:
+        if "poison" in request.messages[-1].text:
+            raise RuntimeError("this request always breaks the model")
+        return weather_then_answer(request, step)
+
+    model = GatedModel(explode_on_poison)  # type: ignore[arg-type]
+    async with start_stack(
+        nats_server.url, data_dir=tmp_path, agents=AGENTS, routes={"gated": model}
+    ) as stack:
+        poison = await alice.start("travel", "poison", session_id="p1")
+        healthy = await alice.run("travel", "Weather?", session_id="p2")
+        finals = [
+            i.event
+            async for i in alice.follow(poison, timeout=30)
+            if isinstance(i.event, RunCompleted | RunFailed)
+        ]
+        record = await alice.call("runs.get", RunGet(run_id=poison), RUN_INFO_DECODER)
+        dead = (
+            await stack.services["gateway"]
+            .nc.jetstream()
+            .get_last_msg(subjects.DEAD_STREAM, subjects.dead("travel"))
+        )
+
+    assert healthy.text.startswith("Done:")
+    assert len(finals) == 1
+    assert isinstance(finals[0], RunFailed)
+    assert finals[0].error.code == "internal"
+    assert record.record.status == "failed"
+    assert record.record.attempts == 4
+    assert dead.headers is not None
+    assert dead.headers["rb-error"] == "internal"
+    assert "rb-auth" not in dead.headers
+    assert b'"run_id":"' + poison.encode() in dead.data
+
+
+async def test_a_replica_never_runs_more_than_its_limit(
+    nats_server: EmbeddedNats, tmp_path: Path, alice: RunbusClient
+) -> None:
+    model = GatedModel(lambda request, step: text("ok"), hold={0})
+    async with start_stack(
+        nats_server.url,
+        data_dir=tmp_path,
+        agents=AGENTS,
+        routes={"gated": model},
+        gateway_options={"run_concurrency": 8},
+    ):
+        run_ids = [await alice.start("travel", "Hi", session_id=f"c{n}") for n in range(30)]
+        await asyncio.sleep(1.0)
+        held = model.in_flight
+        model.release.set()
+        finals = [[i.event async for i in alice.follow(r, timeout=20)][-1] for r in run_ids]
+        listed = await alice.call("runs.list", RunList(limit=100), RUN_LISTED_DECODER)
+
+    assert held == 8
+    assert model.max_in_flight == 8
+    assert all(isinstance(f, RunCompleted) for f in finals)
+    assert {r.run_id for r in listed.records} == set(run_ids)
+    assert {r.status for r in listed.records} == {"completed"}

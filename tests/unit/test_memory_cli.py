@@ -1,0 +1,43 @@
+"""`runbus memory`: what the arguments ask for, and how a memory reads for a person."""
+
+from datetime import UTC, datetime
+
+import pytest
+
+from runbus.cli import build_parser
+from runbus.commands.memory import describe, forget_request
+from runbus.messages.memory import MemoryForget, MemoryHit
+
+
+def parse(*argv: str) -> MemoryForget:
+    return forget_request(build_parser().parse_args(["memory", "forget", *argv]))
+
+
+def test_forget_takes_ids_a_session_or_everything() -> None:
+    assert parse("m1", "m2") == MemoryForget(memory_ids=["m1", "m2"])
+    assert parse("--session", "s1") == MemoryForget(session_id="s1")
+    assert parse("--all") == MemoryForget(everything=True)
+
+
+@pytest.mark.parametrize("argv", [(), ("m1", "--all"), ("--session", "s1", "--all")])
+def test_forget_without_exactly_one_choice_stops_before_sending_anything(
+    argv: tuple[str, ...],
+) -> None:
+    with pytest.raises(SystemExit, match="give memory ids, --session S, or --all"):
+        parse(*argv)
+
+
+def test_a_memory_reads_as_date_session_text_and_id() -> None:
+    hit = MemoryHit(
+        memory_id="6f1c2a4e-8a0b-5c1e-9d3f-0a1b2c3d4e5f",
+        text="I always want a window seat.",
+        score=0.83,
+        session_id="s1",
+        created_at=datetime(2026, 3, 1, 9, 30, tzinfo=UTC),
+    )
+
+    assert describe(hit) == (
+        "2026-03-01 09:30  s1                   I always want a window seat."
+        "  [6f1c2a4e-8a0b-5c1e-9d3f-0a1b2c3d4e5f]"
+    )
+    assert describe(hit, scored=True).startswith(" 0.83  2026-03-01")
