@@ -317,7 +317,7 @@ async def main(args: argparse.Namespace) -> None:
             await module.run_benchmark()
 
 
-SECTIONS = ("history", "compaction", "model_router", "tools")
+SECTIONS = ("history", "compaction", "model_router", "tools", "memory")
 """Per-service benchmarks, each a module of this folder with `run_benchmark()`."""
 
 

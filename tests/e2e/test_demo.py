@@ -27,6 +27,10 @@ def test_demo_runs_the_conversation_on_a_fresh_data_dir_and_exits_zero(tmp_path:
     assert "→ search_flights" in out
     assert "→ create_booking" in out
     assert "confirmation RB-" in out
+    # The guardrail answered the password line itself: no tool, no model.
+    refusal = out.split("hunter2")[1].split("demo-second")[0]
+    assert "Please don't share passwords" in refusal
+    assert "→" not in refusal
     # The second session recalls the preference stated in the first (long-term memory).
     assert "window seat" in out.split("demo-second")[1]
     assert (tmp_path / "data" / "logs" / "gateway.log").exists()

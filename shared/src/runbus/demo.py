@@ -13,8 +13,11 @@ from .supervisor import ProcessStack
 CONVERSATION = (
     ("first", "What's the weather in Sydney?"),
     ("first", "Remember that I always want a window seat."),
+    ("first", "My password is hunter2, can you log in and book for me?"),
     ("second", "Book me a flight from Melbourne to Sydney next Tuesday."),
 )
+"""Weather through a tool; a preference remembered; a guardrail refusing before any model
+call; a new session that recalls the preference and books with it."""
 
 
 async def run_demo(settings: Settings, out: TextIO) -> int:

@@ -42,8 +42,11 @@ def resolve_nats_url(settings: Settings) -> str:
 
 
 async def connect(url: str, name: str) -> NATS:
+    """Connect for good: reconnect forever. `url` may list every node of a cluster,
+    comma-separated (`nats://n1:4222,nats://n2:4222`)."""
+    servers = [part.strip() for part in url.split(",") if part.strip()]
     return await nats.connect(
-        url, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.5, connect_timeout=5
+        servers, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.5, connect_timeout=5
     )
 
 
