@@ -270,7 +270,7 @@ async def bench_processes(n: int, in_flight: int, tmp: Path) -> None:
             "RUNBUS_LOG_LEVEL": "warning",
         }
     )
-    stack = ProcessStack(settings, nats_port=0, replicas={"gateway": 2})
+    stack = ProcessStack(settings, nats_port=0, replicas={"gateway": 2}, echo=None)
     url = await stack.start()
     try:
         nc = await nats.connect(url)

@@ -16,6 +16,7 @@ from runbus.embedded import EmbeddedNats
 from runbus.errors import RemoteError
 from runbus.messages import HistoryLoad, RunCompleted, RunFailed
 from runbus.messages.history import HISTORY_LOADED_DECODER
+from runbus.messages.memory import MEMORY_LISTED_DECODER, MemoryList
 from runbus.messages.runs import RUN_INFO_DECODER, RunCancel
 from runbus.messages.sessions import (
     SESSION_DELETED_DECODER,
@@ -345,3 +346,24 @@ async def test_cancelled_run_keeps_its_checkpoint_and_the_session_stays_usable(
     assert done.text.startswith("Done:")
     with pytest.raises(RunFailedError):
         await alice.run("nope", "x", session_id="cx")
+
+
+async def test_deleting_a_session_forgets_the_memories_stored_from_it(
+    stack: Stack, alice: RunbusClient
+) -> None:
+    await alice.run("travel", "Remember that I like aisle seats.", session_id="forget")
+    await alice.run("travel", "Remember that I fly from Perth.", session_id="keep")
+    listing = MemoryList()
+    for _ in range(100):  # memory writes land through a stream, shortly after the run
+        listed = await alice.call("memory.list", listing, MEMORY_LISTED_DECODER)
+        if len(listed.memories) == 2:
+            break
+        await asyncio.sleep(0.05)
+
+    deleted = await alice.call(
+        "sessions.delete", SessionDelete(session_id="forget"), SESSION_DELETED_DECODER
+    )
+    left = await alice.call("memory.list", listing, MEMORY_LISTED_DECODER)
+
+    assert deleted.memories_forgotten
+    assert [m.text for m in left.memories] == ["Remember that I fly from Perth."]

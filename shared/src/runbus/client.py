@@ -25,8 +25,8 @@ from nats.js.client import JetStreamContext
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
+from . import blobs, subjects
 from . import headers as h
-from . import subjects
 from .errors import DeadlineExceeded, RemoteError, Unavailable
 from .messages import (
     ChatMessage,
@@ -85,6 +85,8 @@ class RunbusClient:
             if isinstance(message, str)
             else message
         )
+        # A large image or file is stored once in the object store and sent by reference.
+        messages = await blobs.offload(self.nc, messages)
         request = RunRequest(run_id=run_id, agent=agent, session_id=session_id, input=messages)
         data = encode(request)
         subject = subjects.runs(agent)

@@ -18,6 +18,8 @@ DEAD_STREAM: Final = "RUNBUS_DEAD"
 DEAD_ALL: Final = f"{PREFIX}.dead.>"
 RUN_STATE_BUCKET: Final = "RUNBUS_RUN_STATE"
 APPROVALS_BUCKET: Final = "RUNBUS_APPROVALS"
+BLOBS_BUCKET: Final = "RUNBUS_BLOBS"
+"""Object store of large content parts, referenced as `runbus-blob://<sha256>`."""
 
 # Run events: plain publishes captured by a JetStream stream for late readers.
 EVENTS_STREAM: Final = "RUNBUS_EVENTS"

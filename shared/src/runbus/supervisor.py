@@ -65,7 +65,7 @@ class ProcessStack:
             )
             self.url = self._nats.start()
             (self.data / URL_FILE).write_text(self.url)
-        env = {**os.environ, "RUNBUS_NATS_URL": self.url}
+        env = {**os.environ, "RUNBUS_NATS_URL": self.url, "RUNBUS_DATA_DIR": str(self.data)}
         if self.echo is not None and self.echo.isatty():
             env.setdefault("RUNBUS_LOG_FORMAT", "console")
         for service in self.services:

@@ -11,6 +11,7 @@ from nats.aio.client import Client as NATS
 from opentelemetry.sdk.trace import TracerProvider
 
 from runbus import subjects
+from runbus.errors import RunbusError
 from runbus.headers import RunContext
 from runbus.messages import (
     ChatMessage,
@@ -21,6 +22,7 @@ from runbus.messages import (
     is_identifier,
 )
 from runbus.messages.history import HISTORY_APPEND_DECODER, HISTORY_LOAD_DECODER
+from runbus.messages.memory import MEMORY_FORGOTTEN_DECODER, MemoryForget
 from runbus.messages.sessions import (
     SESSION_DELETE_DECODER,
     SESSION_EXPORT_DECODER,
@@ -290,7 +292,27 @@ class HistoryService(Service):
         )
         await store.purge(self.nc, subjects.history_log(who.tenant, request.session_id))
         await self.records.delete(who.tenant, request.session_id)
-        return SessionDeleted(session_id=request.session_id)
+        return SessionDeleted(
+            session_id=request.session_id,
+            memories_forgotten=await self._forget_memories(ctx, request.session_id),
+        )
+
+    async def _forget_memories(self, ctx: RunContext, session_id: str) -> bool:
+        """Ask memory to forget what the caller stored from the session. The session is gone
+        either way; the reply says whether memory confirmed, so a caller can retry that part."""
+        try:
+            await self.bus.request(
+                subjects.MEMORY_FORGET,
+                MemoryForget(session_id=session_id),
+                MEMORY_FORGOTTEN_DECODER,
+                ctx=ctx,
+            )
+        except RunbusError as exc:
+            self.log.warning(
+                "session_memories_not_forgotten", session_id=session_id, reason=str(exc)
+            )
+            return False
+        return True
 
     # -- helpers -------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Final, Self
 
+import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
@@ -14,7 +15,7 @@ from openai import AsyncOpenAI
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.sdk.trace import TracerProvider
 
-from runbus import subjects
+from runbus import blobs, subjects
 from runbus.headers import RunContext
 from runbus.messages import ModelRequest, ModelResponse, RunTextDelta
 from runbus.messages.model import (
@@ -156,6 +157,10 @@ class ModelRouterService(Service):
             raise RunCancelled(ctx.run_id)
         stream_to = request.stream_to
         message_id = request.message_id
+        # Large parts travel by reference; the provider needs the bytes.
+        request = msgspec.structs.replace(
+            request, messages=await blobs.resolve(self.nc, request.messages)
+        )
 
         async def on_delta(text: str) -> None:
             if stream_to:
