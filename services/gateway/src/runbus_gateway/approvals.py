@@ -14,11 +14,12 @@ from typing import Final, Literal
 
 import msgspec
 from nats.aio.client import Client as NATS
-from nats.js.errors import BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from runbus import subjects
 from runbus.errors import NotFound, RunbusError
+from runbus.jetstream import open_bucket
 from runbus.messages.tools import ApprovalGrant, ApprovalRequest
 
 RECORD_TTL: Final = 7 * 24 * 3600.0
@@ -74,14 +75,9 @@ class Approvals:
 
     @classmethod
     async def open(cls, nc: NATS, *, replicas: int = 1) -> "Approvals":
-        js = nc.jetstream()
-        try:
-            kv = await js.key_value(subjects.APPROVALS_BUCKET)
-        except BucketNotFoundError:
-            kv = await js.create_key_value(
-                bucket=subjects.APPROVALS_BUCKET, history=1, ttl=RECORD_TTL, replicas=replicas
-            )
-        return cls(kv)
+        return cls(
+            await open_bucket(nc, subjects.APPROVALS_BUCKET, ttl=RECORD_TTL, replicas=replicas)
+        )
 
     async def _get(self, key: str) -> tuple[ApprovalRecord, int] | None:
         try:

@@ -6,11 +6,11 @@ from typing import Final
 
 import msgspec
 from nats.aio.client import Client as NATS
-from nats.js.errors import BucketNotFoundError, KeyNotFoundError
+from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KeyValue
 
 from runbus import subjects
-from runbus.kv import keys_matching
+from runbus.jetstream import keys_matching, open_bucket
 from runbus.messages.runs import RUN_RECORD_DECODER, RunRecord
 
 RETRYABLE: Final = frozenset({"unavailable", "internal", "model_unavailable"})
@@ -32,14 +32,9 @@ class RunRecords:
 
     @classmethod
     async def open(cls, nc: NATS, *, replicas: int = 1) -> "RunRecords":
-        js = nc.jetstream()
-        try:
-            kv = await js.key_value(subjects.RUN_STATE_BUCKET)
-        except BucketNotFoundError:
-            kv = await js.create_key_value(
-                bucket=subjects.RUN_STATE_BUCKET, history=1, ttl=RECORD_TTL, replicas=replicas
-            )
-        return cls(kv)
+        return cls(
+            await open_bucket(nc, subjects.RUN_STATE_BUCKET, ttl=RECORD_TTL, replicas=replicas)
+        )
 
     async def get(self, tenant: str, user_id: str, run_id: str) -> RunRecord | None:
         try:

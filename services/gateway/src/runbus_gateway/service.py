@@ -15,13 +15,13 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StorageType, StreamConfig
-from nats.js.errors import BadRequestError
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from runbus import headers as h
 from runbus import subjects
 from runbus.errors import InternalError, NotFound, RunbusError, UnknownAgent
+from runbus.jetstream import ensure_stream
 from runbus.messages import RunFailed, RunRequest, is_identifier
 from runbus.messages.runs import (
     APPROVAL_DECIDE_DECODER,
@@ -210,10 +210,7 @@ class GatewayService(Service):
                 num_replicas=self.replicas,
             ),
         ):
-            try:
-                await js.add_stream(config)
-            except BadRequestError:
-                await js.update_stream(config)
+            await ensure_stream(self.nc, config)
         self._records = await RunRecords.open(self.nc, replicas=self.replicas)
         self.ports.approvals = await Approvals.open(self.nc, replicas=self.replicas)
         self._subscription = await js.pull_subscribe(

@@ -7,14 +7,13 @@ cannot both win; no process-local lock is involved.
 import msgspec
 from nats.aio.client import Client as NATS
 from nats.js.errors import (
-    BucketNotFoundError,
     KeyNotFoundError,
     KeyWrongLastSequenceError,
 )
 from nats.js.kv import KeyValue
 
 from runbus import subjects
-from runbus.kv import keys_matching
+from runbus.jetstream import keys_matching, open_bucket
 from runbus.messages.sessions import SessionRecord
 
 from .core import RECORD_DECODER
@@ -32,14 +31,7 @@ class SessionRecords:
 
     @classmethod
     async def open(cls, nc: NATS, *, replicas: int = 1) -> "SessionRecords":
-        js = nc.jetstream()
-        try:
-            kv = await js.key_value(subjects.SESSIONS_BUCKET)
-        except BucketNotFoundError:
-            kv = await js.create_key_value(
-                bucket=subjects.SESSIONS_BUCKET, history=1, replicas=replicas
-            )
-        return cls(kv)
+        return cls(await open_bucket(nc, subjects.SESSIONS_BUCKET, replicas=replicas))
 
     async def get(self, tenant: str, session_id: str) -> SessionRecord | None:
         try:

@@ -9,9 +9,8 @@ import nats.errors
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js.api import StorageType, StreamConfig
-from nats.js.errors import BadRequestError
 
-from runbus import subjects
+from runbus import jetstream, subjects
 
 DUPLICATE_WINDOW: Final = 120.0
 DIRECT_GET_BATCH: Final = 256
@@ -20,7 +19,6 @@ DIRECT_GET_BATCH: Final = 256
 async def ensure_stream(
     nc: NATS, *, replicas: int = 1, max_age: float = 0.0, max_per_session: int = 0
 ) -> None:
-    js = nc.jetstream()
     config = StreamConfig(
         name=subjects.HISTORY_STREAM,
         subjects=[subjects.HISTORY_LOG_ALL],
@@ -31,10 +29,7 @@ async def ensure_stream(
         max_age=max_age or None,
         max_msgs_per_subject=max_per_session or -1,
     )
-    try:
-        await js.add_stream(config)
-    except BadRequestError:
-        await js.update_stream(config)
+    await jetstream.ensure_stream(nc, config)
 
 
 async def append(nc: NATS, subject: str, data: bytes, msg_id: str) -> bool:

@@ -14,13 +14,13 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StorageType, StreamConfig
 from nats.js.client import JetStreamContext
-from nats.js.errors import BadRequestError
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from runbus import subjects
 from runbus.errors import BadRequest, InternalError
 from runbus.headers import RunContext
+from runbus.jetstream import ensure_stream
 from runbus.messages import FunctionResultContent, ToolInvoke, ToolInvoked
 from runbus.messages.memory import (
     MEMORY_FORGET_DECODER,
@@ -170,10 +170,7 @@ class MemoryService(Service):
             duplicate_window=DUPLICATE_WINDOW,
             num_replicas=self.replicas,
         )
-        try:
-            await js.add_stream(config)
-        except BadRequestError:
-            await js.update_stream(config)
+        await ensure_stream(self.nc, config)
         self._writes = await js.pull_subscribe(
             subjects.MEMORY_WRITES,
             durable=subjects.MEMORY_WRITES_CONSUMER,
