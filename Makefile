@@ -37,11 +37,13 @@ test: setup ## Run the test suite
 	$(UV_RUN) pytest
 
 .PHONY: lint
-lint: setup ## Ruff (lint and format check), mypy --strict, codespell
+lint: setup ## Ruff (lint and format check), mypy --strict, codespell, compose and k8s schemas
 	$(UV_RUN) ruff check .
 	$(UV_RUN) ruff format --check .
 	$(UV_RUN) mypy shared/src services/*/src
 	$(UV_RUN) codespell
+	$(UV_RUN) check-jsonschema --builtin-schema vendor.compose-spec compose.yaml compose.cluster.yaml
+	$(UV_RUN) kubernetes-validate --strict -k 1.33.0 $(filter-out %/kustomization.yaml,$(wildcard deploy/k8s/*.yaml))
 
 .PHONY: fmt
 fmt: setup ## Format the code and apply ruff's safe fixes
