@@ -33,4 +33,7 @@ def test_demo_runs_the_conversation_on_a_fresh_data_dir_and_exits_zero(tmp_path:
     assert "→" not in refusal
     # The second session recalls the preference stated in the first (long-term memory).
     assert "window seat" in out.split("demo-second")[1]
+    # The corporate policy stopped the VA823 booking: no model call after it.
+    blocked = out.split("VA823 on Friday")[1]
+    assert "not covered by the company's travel agreement" in blocked
     assert (tmp_path / "data" / "logs" / "gateway.log").exists()

@@ -169,3 +169,40 @@ program = "runbus_gateway.harness.refund:RefundPolicyAgent"
     assert first.text
     assert [m.role for m in loaded.messages] == ["user", "assistant"]
     assert loaded.messages[1].text == first.text
+
+
+async def test_the_todo_list_survives_compaction_of_its_turn_and_a_restart(
+    nats_server: EmbeddedNats, tmp_path: Path, alice: RunbusClient
+) -> None:
+    def plan(request: ModelRequest, step: int):  # type: ignore[no-untyped-def]
+        users = [m for m in request.messages if m.role == "user" and m.source != "context_provider"]
+        if "Plan" in users[-1].text and step == 0:
+            return call("todos_add", "c-add", todos=[{"title": "Book hotel"}])
+        return text("Noted.")
+
+    model = GatedModel(plan)
+    agents = agent(
+        tmp_path,
+        "keeper",
+        TODOS
+        + """
+[compaction]
+strategy = "sliding_window"
+trigger = {condition = "turns_exceed", turns = 1}
+minimum_preserved = 1
+""",
+    )
+    async with start_stack(
+        nats_server.url, data_dir=tmp_path / "a", agents=agents, routes={"gated": model}
+    ):
+        await alice.run("keeper", "Plan my trip", session_id="k")
+        await alice.run("keeper", "Something else", session_id="k")
+    async with start_stack(
+        nats_server.url, data_dir=tmp_path / "b", agents=agents, routes={"gated": model}
+    ):
+        await alice.run("keeper", "And now?", session_id="k")
+
+    last = model.requests[-1].messages
+    assert not any("Plan my trip" in m.text for m in last)  # its turn was compacted away
+    listed = [m.text for m in last if m.text.startswith("### Current todo list")]
+    assert listed == ["### Current todo list\n- 1 [open] Book hotel"]

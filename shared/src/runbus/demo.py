@@ -15,9 +15,11 @@ CONVERSATION = (
     ("first", "Remember that I always want a window seat."),
     ("first", "My password is hunter2, can you log in and book for me?"),
     ("second", "Book me a flight from Melbourne to Sydney next Tuesday."),
+    ("second", "Also book VA823 on Friday."),
 )
 """Weather through a tool; a preference remembered; a guardrail refusing before any model
-call; a new session that recalls the preference and books with it."""
+call; a new session that recalls the preference and books with it; a booking on a carrier
+the corporate policy blocks, which stops the tool loop."""
 
 
 async def run_demo(settings: Settings, out: TextIO) -> int:

@@ -37,6 +37,7 @@ CITIES: Final = (
     "Tokyo",
 )
 WEEKDAYS: Final = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+_FLIGHT_NUMBER = re.compile(r"\b([A-Za-z]{2}\d{3,4})\b")
 _ISO_DATE = re.compile(r"\b(\d{4}-\d{2}-\d{2})\b")
 
 
@@ -142,6 +143,16 @@ class OfflineModel:
                 for i, city in enumerate(cities or ["Sydney"])
             ]
         wants_flight = any(w in lowered for w in ("flight", "fly", "book"))
+        named = _FLIGHT_NUMBER.search(text)
+        if not called and "book" in lowered and named and "create_booking" in tools:
+            # "Book VA823 on Friday": the user chose the flight; no search needed.
+            day = travel_date(text, self.today or date.today())
+            flight_id = f"{named.group(1).upper()}-{day.strftime('%Y%m%d')}"
+            return [
+                FunctionCallContent(
+                    call_id="call-book-0", name="create_booking", arguments={"flight_id": flight_id}
+                )
+            ]
         if not called and wants_flight and len(cities) >= 2 and "search_flights" in tools:
             day = travel_date(text, self.today or date.today())
             return [
