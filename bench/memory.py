@@ -8,16 +8,15 @@ import asyncio
 import statistics
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import nats
 import numpy as np
 from opentelemetry import trace
 
+from bench.timing import timed
 from runbus import subjects
 from runbus.bus import Bus
 from runbus.embedded import EmbeddedNats
@@ -54,15 +53,6 @@ def _p(samples: list[float]) -> str:
     return f"p50 {statistics.median(ms):8.3f} ms  p99 {ms[int(0.99 * (len(ms) - 1))]:8.3f} ms"
 
 
-async def _timed(n: int, call: Callable[[], Awaitable[Any]]) -> list[float]:
-    samples = []
-    for _ in range(n):
-        start = time.perf_counter()
-        await call()
-        samples.append(time.perf_counter() - start)
-    return samples
-
-
 def _scope(i: int) -> StorageScope:
     user = i % USERS
     return StorageScope(
@@ -93,9 +83,9 @@ async def _embedding() -> None:
     minilm = await MiniLMEmbedder.load()
     for name, embedder in (("minilm int8 (onnxruntime)", minilm), ("hashing", HashingEmbedder())):
         await embedder.embed(SENTENCES)
-        samples = await _timed(10, partial(embedder.embed, SENTENCES))
+        samples = await timed(10, partial(embedder.embed, SENTENCES))
         print(f"  {name:<28} {_p(samples)}")
-    one = await _timed(100, lambda: minilm.embed(["I always want a window seat"]))
+    one = await timed(100, lambda: minilm.embed(["I always want a window seat"]))
     print(f"  {'minilm, one query':<28} {_p(one)}")
 
 

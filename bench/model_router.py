@@ -26,6 +26,7 @@ from nats.aio.msg import Msg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.timing import pct, timed
 from runbus import subjects
 from runbus.bus import Bus
 from runbus.embedded import EmbeddedNats
@@ -51,25 +52,11 @@ PLAIN = RunContext(run_id="r-bench", agent="bench", props={"tenant": "acme", "us
 BUDGETED = RunContext(run_id="r-bench", agent="bench", props={"tenant": "budgeted"})
 
 
-def pct(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def summary(name: str, samples_s: list[float]) -> tuple[float, float]:
     us = [s * 1e6 for s in samples_s]
     p50, p99 = statistics.median(us), pct(us, 0.99)
     print(f"  {name:<46} p50 {p50:8.1f} µs   p99 {p99:8.1f} µs   (n={len(us)})")
     return p50, p99
-
-
-async def timed(n: int, call: Callable[[], Awaitable[object]]) -> list[float]:
-    samples = []
-    for _ in range(n):
-        start = time.perf_counter()
-        await call()
-        samples.append(time.perf_counter() - start)
-    return samples
 
 
 async def interleaved(

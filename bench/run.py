@@ -15,7 +15,6 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import msgspec
@@ -30,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.stack import start_stack
 
+from bench.timing import pct, timed
 from runbus.bus import Bus
 from runbus.client import RunbusClient
 from runbus.embedded import EmbeddedNats
@@ -59,25 +59,11 @@ SCRIPT = [
 ]
 
 
-def pct(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def summary(name: str, samples_s: list[float]) -> tuple[float, float]:
     ms = [s * 1000 for s in samples_s]
     p50, p99 = statistics.median(ms), pct(ms, 0.99)
     print(f"  {name:<38} p50 {p50:7.3f} ms   p99 {p99:7.3f} ms   (n={len(ms)})")
     return p50, p99
-
-
-async def timed(n: int, call: Callable[[], Awaitable[object]]) -> list[float]:
-    samples = []
-    for _ in range(n):
-        start = time.perf_counter()
-        await call()
-        samples.append(time.perf_counter() - start)
-    return samples
 
 
 def prompt(messages: int = 20) -> CompactRequest:
