@@ -25,8 +25,10 @@ RUNS: Final = 50
 IN_FLIGHT: Final = 8
 STOP_AFTER: Final = 15
 """The node goes down once this many runs have completed, with the next ones in flight."""
-FINISH_WITHIN: Final = 75.0
+FINISH_WITHIN: Final = 60.0
 """Seconds every run has after the stop: elections, a lost request's timeout, a retry."""
+STOP_WITHIN: Final = 45.0
+"""Seconds the six services may take to drain and stop after the test."""
 # What a service process uses (runbus.runner.connect): reconnect forever, quickly.
 RECONNECT: Final[dict[str, object]] = {"max_reconnect_attempts": -1, "reconnect_time_wait": 0.5}
 
@@ -39,28 +41,44 @@ def cluster(tmp_path: Path) -> Iterator[EmbeddedNatsCluster]:
 
 @pytest.fixture
 async def clustered_stack(cluster: EmbeddedNatsCluster, tmp_path: Path) -> AsyncIterator[Stack]:
-    async with start_stack(
+    running = start_stack(
         cluster.urls,
         data_dir=tmp_path / "data",
         stream_replicas=3,
         # A request lost with a node is retried by the run, not waited on for 30 s.
         request_timeout=5.0,
         connect_options=RECONNECT,
-    ) as stack:
+    )
+    stack = await running.__aenter__()
+    try:
         yield stack
+    finally:
+        # A stop that never ends must fail this test, not hang the suite: pytest-timeout's
+        # exception can land inside an asyncio task and be swallowed there.
+        try:
+            async with asyncio.timeout(STOP_WITHIN):
+                await running.__aexit__(None, None, None)
+        except TimeoutError:
+            current = asyncio.current_task()
+            stuck = sorted(
+                str(task.get_coro()) for task in asyncio.all_tasks() if task is not current
+            )
+            pytest.fail(f"the stack did not stop within {STOP_WITHIN:.0f}s; waiting: {stuck}")
 
 
 async def publish_run(js: JetStreamContext, run_id: str) -> None:
     """Publish until JetStream acknowledges; a repeat is dropped by `Nats-Msg-Id`."""
     body = raw_request(run_id, f"Weather in Hobart? ({run_id})", session_id=f"s-{run_id}")
     headers = {"Nats-Msg-Id": run_id, "rb-auth": "Bearer dev-alice"}
-    for _ in range(100):
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 30
+    while loop.time() < deadline:
         try:
             await js.publish(subjects.runs("travel"), body, headers=headers, timeout=2)
             return
         except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
             await asyncio.sleep(0.1)
-    raise AssertionError(f"JetStream never acknowledged {run_id}")
+    raise AssertionError(f"JetStream did not acknowledge {run_id} within 30s")
 
 
 async def final_event(js: JetStreamContext, run_id: str, timeout: float = 60.0) -> str:

@@ -21,7 +21,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode, TracerProvider
 from . import __version__
 from . import headers as h
 from .bus import Bus
-from .errors import BadRequest, DeadlineExceeded, InternalError, RunbusError
+from .errors import BadRequest, DeadlineExceeded, InternalError, RunbusError, Unavailable
 from .messages import ErrorReply, encode
 from .telemetry import extract, messaging_attributes
 
@@ -53,6 +53,10 @@ def as_runbus_error(exc: BaseException) -> RunbusError:
             return BadRequest(f"invalid request body: {exc}")
         case msgspec.DecodeError():
             return BadRequest(f"request body is not valid JSON: {exc}")
+        case nats.errors.TimeoutError():
+            # NATS or JetStream did not answer in time (e.g. during a leader election): worth
+            # another try, unlike the run's own deadline passing.
+            return Unavailable("NATS did not answer in time")
         case TimeoutError():
             return DeadlineExceeded("the run's deadline passed while handling the request")
         case _:

@@ -11,6 +11,7 @@ from typing import Final, Self
 
 import msgspec
 import nats.errors
+import nats.js.errors
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
@@ -59,6 +60,7 @@ MAX_ATTEMPTS: Final = 4
 EVENTS_MAX_AGE: Final = 24 * 3600.0
 DEAD_MAX_AGE: Final = 7 * 24 * 3600.0
 PULL_WAIT: Final = 5.0
+PULL_RETRY: Final = 0.5
 STOP_GRACE: Final = 10.0
 """Seconds a stopping gateway lets its runs finish before it cuts them off."""
 
@@ -263,6 +265,13 @@ class GatewayService(Service):
             except (nats.errors.ConnectionClosedError, nats.errors.DrainTimeoutError):
                 messages = []
                 self._stopping.set()
+            except (nats.js.errors.APIError, nats.errors.NoRespondersError) as exc:
+                # A consumer leader election on a cluster answers 503 for a moment; the pull
+                # loop must outlive it, or this replica would never pull another run.
+                self.log.warning("run_pull_failed", error=repr(exc))
+                self._run_slots.release()
+                await asyncio.sleep(PULL_RETRY)
+                continue
             except BaseException:
                 self._run_slots.release()
                 raise
