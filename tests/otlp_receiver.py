@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Protocol
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
@@ -53,16 +54,19 @@ class OtlpReceiver:
             return list(self.spans)
 
 
+class Sink(Protocol):
+    def add(self, body: bytes) -> None: ...
+
+
 @contextmanager
-def otlp_receiver() -> Iterator[tuple[OtlpReceiver, str]]:
-    """Yields the receiver and its endpoint (for OTEL_EXPORTER_OTLP_ENDPOINT)."""
-    receiver = OtlpReceiver()
+def serve_traces(sink: Sink) -> Iterator[str]:
+    """A loopback OTLP/HTTP endpoint that hands every `/v1/traces` body to `sink`."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
             if self.path == "/v1/traces":
-                receiver.add(body)
+                sink.add(body)
             payload = ExportTraceServiceResponse().SerializeToString()
             self.send_response(200)
             self.send_header("Content-Type", "application/x-protobuf")
@@ -77,7 +81,15 @@ def otlp_receiver() -> Iterator[tuple[OtlpReceiver, str]]:
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield receiver, f"http://127.0.0.1:{server.server_address[1]}"
+        yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextmanager
+def otlp_receiver() -> Iterator[tuple[OtlpReceiver, str]]:
+    """Yields the receiver and its endpoint (for OTEL_EXPORTER_OTLP_ENDPOINT)."""
+    receiver = OtlpReceiver()
+    with serve_traces(receiver) as endpoint:
+        yield receiver, endpoint

@@ -13,7 +13,6 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Final
 
@@ -22,7 +21,6 @@ import pytest
 from google.protobuf.json_format import MessageToDict
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
-    ExportTraceServiceResponse,
 )
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
@@ -30,6 +28,7 @@ from runbus.embedded import EmbeddedNats
 from runbus_gateway.agents import AgentSpec, MemoryPolicy, load_agents
 from runbus_model_router.scripted import ScriptedCall, ScriptedReply
 from tests.helpers import publish_and_collect, raw_request, types
+from tests.otlp_receiver import serve_traces
 from tests.stack import start_stack
 
 GOLDEN: Final = Path(__file__).parent / "golden" / "trace-shape.3-tool-run.json"
@@ -109,30 +108,8 @@ class RawReceiver:
 @contextmanager
 def raw_receiver() -> Iterator[tuple[RawReceiver, str]]:
     receiver = RawReceiver()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-            if self.path == "/v1/traces":
-                receiver.add(body)
-            payload = ExportTraceServiceResponse().SerializeToString()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/x-protobuf")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield receiver, f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve_traces(receiver) as endpoint:
+        yield receiver, endpoint
 
 
 def _value(key: str, value: Any) -> Any:
