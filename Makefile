@@ -36,6 +36,10 @@ run: setup ## Run the demo: embedded NATS and the six services, one short conver
 test: setup ## Run the test suite
 	$(UV_RUN) pytest
 
+.PHONY: chaos
+chaos: setup ## Kill matrix, NATS restart, fuzz and isolation sweep at full size; writes bench/results/chaos.md
+	RUNBUS_CHAOS=full RUNBUS_CHAOS_REPORT=bench/results/chaos.md $(UV_RUN) pytest tests/chaos --timeout 1800
+
 .PHONY: lint
 lint: setup ## Ruff (lint and format check), mypy --strict, codespell, compose and k8s schemas
 	$(UV_RUN) ruff check .
@@ -52,7 +56,7 @@ fmt: setup ## Format the code and apply ruff's safe fixes
 
 .PHONY: bench
 bench: setup ## Run the benchmarks
-	$(UV_RUN) python bench/run.py
+	$(UV_RUN) --group bench python bench/run.py
 
 .PHONY: up
 up: ## Build the image and start the full stack with docker compose
