@@ -2,9 +2,9 @@
 service → wait for SIGTERM → drain."""
 
 import asyncio
+import contextlib
 import signal
 import sys
-from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Protocol
 
@@ -14,12 +14,16 @@ import uvloop
 from nats.aio.client import Client as NATS
 from opentelemetry.sdk.trace import TracerProvider
 
+from .errors import Unavailable
 from .logs import configure_logging
 from .service import Service
 from .settings import Settings, SettingsError, load_settings
 from .telemetry import setup_tracing
 
 DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
+STOP_TIMEOUT = 25.0
+"""Seconds a stopping service gets before its connection is closed under it (the gateway
+lets runs finish for 10 s of that; Kubernetes' default grace period is 30 s)."""
 URL_FILE = "nats.url"
 
 
@@ -41,13 +45,48 @@ def resolve_nats_url(settings: Settings) -> str:
     return DEFAULT_NATS_URL
 
 
-async def connect(url: str, name: str) -> NATS:
+async def connect(url: str, name: str, *, patience: float | None = None) -> NATS:
     """Connect for good: reconnect forever. `url` may list every node of a cluster,
-    comma-separated (`nats://n1:4222,nats://n2:4222`)."""
+    comma-separated (`nats://n1:4222,nats://n2:4222`).
+
+    A service waits for NATS as long as it takes; a command passes `patience` (seconds) and
+    gets `Unavailable` if no server answers by then, rather than hanging.
+    """
     servers = [part.strip() for part in url.split(",") if part.strip()]
-    return await nats.connect(
-        servers, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.5, connect_timeout=5
+    log = structlog.get_logger().bind(connection=name)
+    connected = False
+
+    # nats-py prints every connection error with a traceback by default; these go to the
+    # structured log instead, one line each, so a NATS restart reads as three events.
+    async def on_error(exc: Exception) -> None:
+        if connected or patience is None:
+            log.warning("nats_error", error=repr(exc))
+
+    async def on_disconnected() -> None:
+        log.warning("nats_disconnected")
+
+    async def on_reconnected() -> None:
+        log.info("nats_reconnected")
+
+    connecting = nats.connect(
+        servers,
+        name=name,
+        max_reconnect_attempts=-1,
+        reconnect_time_wait=0.5,
+        connect_timeout=5,
+        error_cb=on_error,
+        disconnected_cb=on_disconnected,
+        reconnected_cb=on_reconnected,
     )
+    try:
+        nc = await asyncio.wait_for(connecting, timeout=patience)
+    except TimeoutError:
+        raise Unavailable(
+            f"no NATS server answered at {url} within {patience:g} s "
+            "(start one with `runbus up`, or set RUNBUS_NATS_URL)"
+        ) from None
+    connected = True
+    return nc
 
 
 async def serve(factory: ServiceFactory, settings: Settings) -> None:
@@ -57,15 +96,41 @@ async def serve(factory: ServiceFactory, settings: Settings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    async with AsyncExitStack() as stack:
-        stack.callback(provider.shutdown)
+    try:
         nc = await connect(resolve_nats_url(settings), f"runbus-{factory.name}")
-        stack.push_async_callback(nc.drain)
         service = factory.from_settings(nc, settings, provider)
         await service.start()
-        stack.push_async_callback(service.stop)
         await stop.wait()
         log.info("service_stopping")
+        # The stop is bounded: a second signal or STOP_TIMEOUT cuts it short, so an
+        # orchestrator's SIGTERM ends the process even while NATS is unreachable.
+        stop.clear()
+        stopping = asyncio.ensure_future(_shut_down(service, nc))
+        signalled = asyncio.ensure_future(stop.wait())
+        await asyncio.wait(
+            {stopping, signalled}, timeout=STOP_TIMEOUT, return_when=asyncio.FIRST_COMPLETED
+        )
+        signalled.cancel()
+        if not stopping.done():
+            log.warning("service_stop_cut_short", timeout=STOP_TIMEOUT)
+            stopping.cancel()
+            await nc.close()
+        elif stopping.exception() is not None:
+            log.error("service_stop_failed", error=repr(stopping.exception()))
+    finally:
+        provider.shutdown()
+
+
+async def _shut_down(service: Service, nc: NATS) -> None:
+    """Let the service finish what it holds, then drain the connection if there is one to
+    drain (a drain while reconnecting fails at once; closing loses nothing unacked)."""
+    await service.stop()
+    if nc.is_connected:
+        await nc.drain()
+    else:
+        # nats-py may fail closing a transport the server already closed; nothing is lost.
+        with contextlib.suppress(RuntimeError, OSError):
+            await nc.close()
 
 
 def run_service(factory: ServiceFactory) -> None:

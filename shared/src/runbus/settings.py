@@ -40,6 +40,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     """Gateway: folder of agent TOML files (default: the packaged demo agents)."""
     run_concurrency: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 64
     """Gateway: runs one replica executes at once; it pulls no more than that."""
+    tenant_run_limit: Annotated[int, msgspec.Meta(ge=0, le=100_000)] = 0
+    """Gateway: runs one tenant may have running at once across all replicas (0 = no limit);
+    the rest wait as `queued`."""
+    tenant_run_limits: str = ""
+    """Gateway: per-tenant exceptions to `tenant_run_limit`, e.g. `acme=4,globex=16`."""
     run_timeout: Annotated[float, msgspec.Meta(gt=0)] = 300.0
     """Gateway: seconds a run may take; becomes the `rb-deadline` every hop honours."""
     request_timeout: Annotated[float, msgspec.Meta(gt=0)] = 30.0
@@ -74,6 +79,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     `<data_dir>/files`)."""
     tool_config: str | None = None
     """Tool executor: TOML file of this deployment's middleware chain and per-tool overrides."""
+    http_host: str = "127.0.0.1"
+    """HTTP ingress (`runbus http`): address it listens on."""
+    http_port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 8080
+    """HTTP ingress: port it listens on (0: any free port)."""
 
     @property
     def data_path(self) -> Path:

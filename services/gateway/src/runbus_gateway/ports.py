@@ -2,6 +2,7 @@
 
 import asyncio
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import nats.errors
@@ -55,11 +56,15 @@ from runbus.telemetry import inject, messaging_attributes
 from .agents import CompactionPolicy, MemoryPolicy
 from .approvals import Approvals
 
+WaitingHook = Callable[[RunContext, bool], Awaitable[None]]
+
 
 class BusPorts:
     def __init__(self, bus: Bus, approvals: Approvals | None = None) -> None:
         self.bus = bus
         self.approvals = approvals
+        self.on_waiting: WaitingHook | None = None
+        """Told when a run starts (True) and stops (False) waiting for a person's decision."""
         self._event_acks: dict[str, list[asyncio.Future[PubAck]]] = defaultdict(list)
 
     async def open_session(self, ctx: RunContext, policy: ConcurrencyPolicy) -> SessionOpened:
@@ -180,9 +185,15 @@ class BusPorts:
         self, ctx: RunContext, call: FunctionCallContent, request: ApprovalRequest
     ) -> ApprovalGrant:
         assert self.approvals is not None, "the gateway opens the approvals bucket on start"
-        return await self.approvals.wait(
-            ctx.run_id, call.call_id, ctx.prop("tenant"), ctx.prop("user_id"), request
-        )
+        if self.on_waiting is not None:
+            await self.on_waiting(ctx, True)
+        try:
+            return await self.approvals.wait(
+                ctx.run_id, call.call_id, ctx.prop("tenant"), ctx.prop("user_id"), request
+            )
+        finally:
+            if self.on_waiting is not None:
+                await self.on_waiting(ctx, False)
 
     async def append_history(
         self,

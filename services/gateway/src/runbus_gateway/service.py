@@ -39,9 +39,10 @@ from runbus.messages.runs import (
     RunList,
     RunListed,
     RunRecord,
+    RunStatus,
 )
 from runbus.service import Endpoint, Service, as_runbus_error
-from runbus.settings import Settings
+from runbus.settings import Settings, SettingsError
 from runbus.telemetry import extract
 
 from .agents import AgentSpec, load_agents
@@ -52,6 +53,7 @@ from .harness.runtime import Harness
 from .loop import execute_run
 from .ports import BusPorts
 from .runs import RETRYABLE, RunRecords, now, retry_delay
+from .tenants import TenantLimits, TenantSlots
 
 DUPLICATE_WINDOW: Final = 600.0
 ACK_WAIT: Final = 30.0
@@ -63,6 +65,10 @@ PULL_WAIT: Final = 5.0
 PULL_RETRY: Final = 0.5
 STOP_GRACE: Final = 10.0
 """Seconds a stopping gateway lets its runs finish before it cuts them off."""
+TENANT_POLL: Final = 0.2
+"""Seconds between a queued run's tries for a slot of its tenant."""
+PARKED_PER_SLOT: Final = 4
+"""Runs a replica holds queued for their tenant, per run slot, before it stops pulling."""
 
 FORWARDED_API: Final = (
     "memory.list",
@@ -97,6 +103,7 @@ class GatewayService(Service):
         replicas: int = 1,
         ack_wait: float = ACK_WAIT,
         stop_grace: float = STOP_GRACE,
+        tenant_limits: TenantLimits | None = None,
         **kwargs: object,
     ) -> None:
         super().__init__(nc, **kwargs)  # type: ignore[arg-type]
@@ -119,9 +126,23 @@ class GatewayService(Service):
         self._cancelled: set[str] = set()
         self._records: RunRecords | None = None
         self._cancel_sub: Subscription | None = None
+        self.tenant_limits = tenant_limits or TenantLimits()
+        self._tenants: TenantSlots | None = None
+        self._leases: dict[str, str] = {}
+        """Runs of this replica holding a tenant slot → their tenant (renewed by heartbeat)."""
+        self._parked = asyncio.Semaphore(run_concurrency * PARKED_PER_SLOT)
+        self._live: dict[str, RunRecord] = {}
+        """Records of the runs executing here, for status changes mid-run."""
+        self._waiting: dict[str, int] = {}
+        """Runs waiting for approval → how many of their calls are waiting."""
+        self.ports.on_waiting = self._on_waiting
 
     @classmethod
     def from_settings(cls, nc: NATS, settings: Settings, tracer_provider: TracerProvider) -> Self:
+        try:
+            limits = TenantLimits.parse(settings.tenant_run_limit, settings.tenant_run_limits)
+        except ValueError as exc:
+            raise SettingsError("RUNBUS_TENANT_RUN_LIMITS", str(exc)) from None
         return cls(
             nc,
             agents=load_agents(Path(settings.agents_dir) if settings.agents_dir else None),
@@ -131,6 +152,7 @@ class GatewayService(Service):
             run_concurrency=settings.run_concurrency,
             run_timeout=settings.run_timeout,
             replicas=settings.stream_replicas,
+            tenant_limits=limits,
             tracer_provider=tracer_provider,
             request_timeout=settings.request_timeout,
         )
@@ -215,6 +237,10 @@ class GatewayService(Service):
             await ensure_stream(self.nc, config)
         self._records = await RunRecords.open(self.nc, replicas=self.replicas)
         self.ports.approvals = await Approvals.open(self.nc, replicas=self.replicas)
+        if self.tenant_limits.any:
+            self._tenants = await TenantSlots.open(
+                self.nc, self.tenant_limits, lease=2 * self.ack_wait, replicas=self.replicas
+            )
         self._subscription = await js.pull_subscribe(
             subjects.RUNS_ALL,
             durable=subjects.RUNS_CONSUMER,
@@ -240,7 +266,7 @@ class GatewayService(Service):
                 await self._pull_task
         # Runs in flight may finish; what did not start stays queued for another replica, and
         # what is cut off here is redelivered (and resumed) elsewhere, since it was never acked.
-        grace = 0.0 if self.nc.is_closed else self.stop_grace
+        grace = self.stop_grace if self.nc.is_connected else 0.0
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(grace):
                 for _ in range(self.run_concurrency):
@@ -307,7 +333,7 @@ class GatewayService(Service):
                 "runbus.attempt": attempt,
             },
         ) as span:
-            heartbeat = asyncio.create_task(self._heartbeat(msg))
+            heartbeat = asyncio.create_task(self._heartbeat(msg, run_id))
             record: RunRecord | None = None
             try:
                 request = self._admit(msg)
@@ -320,6 +346,7 @@ class GatewayService(Service):
                 record = self._record(request, principal, attempt)
                 if attempt > MAX_ATTEMPTS:
                     raise DeadLettered(attempt - 1, "the gateway stopped during every attempt")
+                await self._take_tenant_slot(record)
                 completed = await self._execute(request, agent, principal, record)
                 await self.ports.emit(
                     self._ctx(request, principal), completed, event_id="completed"
@@ -345,12 +372,56 @@ class GatewayService(Service):
                         reason=error.message,
                     )
                     heartbeat.cancel()
+                    if record is not None:
+                        with contextlib.suppress(Exception):
+                            await self.records.put(
+                                msgspec.structs.replace(
+                                    record, status="queued", error=error.to_info(), updated_at=now()
+                                )
+                            )
                     await msg.nak(delay=retry_delay(attempt))
                     return
                 await self._fail(msg, run_id, record, error, attempt)
             finally:
                 heartbeat.cancel()
+                if record is not None:
+                    await self._release_tenant_slot(record)
             await msg.ack()
+
+    async def _take_tenant_slot(self, record: RunRecord) -> None:
+        """Wait, as `queued`, until the run's tenant is under its concurrent-run limit.
+
+        A waiting run gives its run slot back, so one tenant's backlog does not stop this
+        replica from running other tenants' runs; its heartbeat keeps it from redelivery.
+        """
+        if self._tenants is None:
+            return
+        if await self._tenants.try_acquire(record.tenant, record.run_id):
+            self._leases[record.run_id] = record.tenant
+            return
+        self.log.info("run_queued", run_id=record.run_id, tenant=record.tenant)
+        await self.records.put(msgspec.structs.replace(record, status="queued"))
+        parked = not self._parked.locked()
+        if parked:
+            await self._parked.acquire()
+            self._run_slots.release()
+        try:
+            # Polled rather than watched: a slot frees when any replica's run ends, and a
+            # watch per queued run would cost more than a read every TENANT_POLL seconds.
+            while True:
+                if await self._tenants.try_acquire(record.tenant, record.run_id):
+                    break
+                await asyncio.sleep(TENANT_POLL)
+            self._leases[record.run_id] = record.tenant
+        finally:
+            if parked:
+                await self._run_slots.acquire()
+                self._parked.release()
+
+    async def _release_tenant_slot(self, record: RunRecord) -> None:
+        if self._tenants is not None and self._leases.pop(record.run_id, None) is not None:
+            with contextlib.suppress(Exception):
+                await self._tenants.release(record.tenant, record.run_id)
 
     async def _execute(
         self, request: RunRequest, agent: AgentSpec, principal: Principal, record: RunRecord
@@ -381,6 +452,7 @@ class GatewayService(Service):
                 execute_run(request, agent, ctx, self.ports, self.harnesses[agent.name])
             )
             self._running[request.run_id] = task
+            self._live[request.run_id] = record
             try:
                 completed = await task
             except asyncio.CancelledError:
@@ -389,6 +461,8 @@ class GatewayService(Service):
                 raise RunCancelled(request.run_id) from None
             finally:
                 self._running.pop(request.run_id, None)
+                self._live.pop(request.run_id, None)
+                self._waiting.pop(request.run_id, None)
                 self._cancelled.discard(request.run_id)
                 with contextlib.suppress(Exception):
                     await noted
@@ -469,12 +543,30 @@ class GatewayService(Service):
         target = subjects.dead(agent if is_identifier(agent) else "unknown")
         await self.nc.jetstream().publish(target, msg.data, headers=headers)
 
-    async def _heartbeat(self, msg: Msg) -> None:
-        """Tell JetStream the run is alive so a long run is not redelivered meanwhile."""
+    async def _heartbeat(self, msg: Msg, run_id: str) -> None:
+        """Tell JetStream the run is alive so a long run is not redelivered meanwhile, and
+        keep its tenant slot."""
         while True:
             await asyncio.sleep(self.ack_wait / 3)
             with contextlib.suppress(Exception):
                 await msg.in_progress()
+            tenant = self._leases.get(run_id)
+            if tenant is not None and self._tenants is not None:
+                with contextlib.suppress(Exception):
+                    await self._tenants.renew(tenant, run_id)
+
+    async def _on_waiting(self, ctx: h.RunContext, waiting: bool) -> None:
+        """`waiting_approval` while any call of the run waits for a person, else `running`."""
+        count = self._waiting.get(ctx.run_id, 0) + (1 if waiting else -1)
+        self._waiting[ctx.run_id] = count
+        if count <= 0:
+            self._waiting.pop(ctx.run_id, None)
+        record = self._live.get(ctx.run_id)
+        if record is None or (count > 1 if waiting else count > 0):
+            return  # the status only changes on the first wait and the last decision
+        status: RunStatus = "waiting_approval" if waiting else "running"
+        with contextlib.suppress(Exception):
+            await self.records.put(msgspec.structs.replace(record, status=status, updated_at=now()))
 
     async def _on_cancel(self, msg: Msg) -> None:
         run_id = msg.subject.rsplit(".", 1)[-1]

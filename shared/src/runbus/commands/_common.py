@@ -10,6 +10,9 @@ from nats.aio.client import Client as NATS
 from ..runner import connect, resolve_nats_url
 from ..settings import Settings
 
+CONNECT_PATIENCE = 5.0
+"""Seconds a command waits for NATS before it says it cannot reach it."""
+
 Handler = Callable[[Settings, argparse.Namespace], Awaitable[int]]
 Subparsers = Any  # argparse's private _SubParsersAction
 
@@ -17,7 +20,7 @@ Subparsers = Any  # argparse's private _SubParsersAction
 @asynccontextmanager
 async def connected(settings: Settings, name: str = "runbus-cli") -> AsyncIterator[NATS]:
     """A NATS connection to the deployment the settings point at, drained on exit."""
-    nc = await connect(resolve_nats_url(settings), name)
+    nc = await connect(resolve_nats_url(settings), name, patience=CONNECT_PATIENCE)
     try:
         yield nc
     finally:

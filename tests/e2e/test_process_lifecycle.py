@@ -1,0 +1,73 @@
+"""A service process stops when told to, even when its NATS server is gone: an orchestrator's
+SIGTERM must end it (exit 0), not leave it reconnecting forever."""
+
+import asyncio
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from runbus.embedded import EmbeddedNats
+from runbus.errors import Unavailable
+from runbus.runner import connect
+
+
+async def _wait_for_line(stream: asyncio.StreamReader, needle: bytes, timeout: float) -> None:
+    async with asyncio.timeout(timeout):
+        while needle not in await stream.readline():
+            pass
+
+
+@pytest.mark.parametrize("module", ["runbus_gateway", "runbus_history"])
+async def test_sigterm_stops_a_service_whose_nats_server_is_gone(
+    module: str, tmp_path: Path
+) -> None:
+    with EmbeddedNats(tmp_path / "js") as server:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            module,
+            env={**os.environ, "RUNBUS_NATS_URL": server.url, "RUNBUS_DATA_DIR": str(tmp_path)},
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        try:
+            assert process.stdout is not None
+            await _wait_for_line(process.stdout, b"service_started", timeout=30)
+        except BaseException:
+            process.kill()
+            await process.wait()
+            raise
+    await asyncio.sleep(0.5)  # the server is gone; the service is reconnecting
+    started = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    try:
+        async with asyncio.timeout(15):
+            output = await process.stdout.read()
+            code = await process.wait()
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        raise
+    took = time.monotonic() - started
+
+    assert code == 0, output.decode()[-2000:]
+    assert b"service_stopped" in output
+    assert b"Traceback" not in output
+    assert took < 10
+
+
+async def test_a_command_gives_up_on_an_unreachable_nats_with_a_clear_error(
+    tmp_path: Path,
+) -> None:
+    with EmbeddedNats(tmp_path / "js") as server:
+        url = server.url
+    # The server is gone: nothing listens on its port any more.
+    started = time.monotonic()
+    with pytest.raises(Unavailable, match=r"no NATS server answered at .* within 0\.5 s"):
+        await connect(url, "runbus-test", patience=0.5)
+
+    assert time.monotonic() - started < 3

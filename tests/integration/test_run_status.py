@@ -1,0 +1,136 @@
+"""What `runs.get` says while a run waits: `queued` behind its tenant's concurrent-run limit
+(held across gateway replicas, without blocking other tenants), `waiting_approval` while a
+person decides, and the final status after."""
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import msgspec
+import nats
+import pytest
+
+from runbus.client import RunbusClient
+from runbus.embedded import EmbeddedNats
+from runbus.messages import ModelRequest, RunApprovalRequested, RunCompleted
+from runbus.messages.runs import (
+    APPROVAL_DECIDED_DECODER,
+    RUN_INFO_DECODER,
+    RUN_LISTED_DECODER,
+    ApprovalDecide,
+    RunGet,
+    RunList,
+    RunStatus,
+)
+from runbus_gateway.agents import load_agents
+from runbus_gateway.auth import TokenVerifier
+from runbus_gateway.service import GatewayService
+from runbus_gateway.tenants import TenantLimits
+from tests.models import GatedModel, call, text
+from tests.stack import start_stack
+
+AGENTS = {"travel": msgspec.structs.replace(load_agents()["travel"], model="gated")}
+
+
+async def _client(url: str, token: str) -> RunbusClient:
+    return RunbusClient(await nats.connect(url), token=token)
+
+
+@pytest.fixture
+async def clients(nats_server: EmbeddedNats) -> AsyncIterator[tuple[RunbusClient, RunbusClient]]:
+    alice = await _client(nats_server.url, "dev-alice")  # tenant acme
+    carol = await _client(nats_server.url, "dev-carol")  # tenant globex
+    yield alice, carol
+    for client in (alice, carol):
+        await client.nc.drain()
+
+
+async def _statuses(client: RunbusClient) -> dict[str, RunStatus]:
+    listed = await client.call("runs.list", RunList(limit=100), RUN_LISTED_DECODER)
+    return {r.run_id: r.status for r in listed.records}
+
+
+async def _status(client: RunbusClient, run_id: str) -> RunStatus:
+    info = await client.call("runs.get", RunGet(run_id=run_id), RUN_INFO_DECODER)
+    return info.record.status
+
+
+async def test_a_tenant_runs_no_more_than_its_limit_across_replicas_and_others_go_on(
+    nats_server: EmbeddedNats, tmp_path: Path, clients: tuple[RunbusClient, RunbusClient]
+) -> None:
+    alice, carol = clients
+    limits = TenantLimits(default=2)
+    model = GatedModel(lambda request, step: text("ok"), hold={0})
+    async with start_stack(
+        nats_server.url,
+        data_dir=tmp_path,
+        agents=AGENTS,
+        routes={"gated": model},
+        gateway_options={"tenant_limits": limits},
+    ) as stack:
+        await stack.start_service(
+            GatewayService,
+            agents=AGENTS,
+            verifier=TokenVerifier.from_file(),
+            tenant_limits=limits,
+        )
+        acme = [await alice.start("travel", "Hi", session_id=f"a{n}") for n in range(6)]
+        globex = [await carol.start("travel", "Hi", session_id=f"g{n}") for n in range(2)]
+        async with asyncio.timeout(10):
+            while model.in_flight < 4:  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+        await asyncio.sleep(0.8)  # time for a third acme run to start, if the limit leaked
+        held = model.in_flight
+        acme_held = await _statuses(alice)
+        globex_held = await _statuses(carol)
+        model.release.set()
+        for client, run_ids in ((alice, acme), (carol, globex)):
+            for run_id in run_ids:
+                events = [i.event async for i in client.follow(run_id, timeout=20)]
+                assert isinstance(events[-1], RunCompleted), events[-1]
+        acme_done = await _statuses(alice)
+
+    assert held == 4  # two of acme's six, both of globex's two
+    assert model.max_in_flight == 4
+    assert sorted(acme_held.values()) == ["queued"] * 4 + ["running"] * 2
+    assert sorted(globex_held.values()) == ["running"] * 2
+    assert acme_done == dict.fromkeys(acme, "completed")
+
+
+def _book_business(request: ModelRequest, step: int):  # type: ignore[no-untyped-def]
+    if step == 0:
+        return call("create_booking", "c-book", flight_id="QF412-20261208", cabin="business")
+    return text("done")
+
+
+async def test_a_run_waiting_for_a_person_says_so_until_the_decision(
+    nats_server: EmbeddedNats, tmp_path: Path, clients: tuple[RunbusClient, RunbusClient]
+) -> None:
+    alice, _ = clients
+    model = GatedModel(_book_business)
+    async with start_stack(
+        nats_server.url, data_dir=tmp_path, agents=AGENTS, routes={"gated": model}
+    ):
+        run_id = await alice.start("travel", "Book QF412 in business", session_id="wait")
+        asked = None
+        async for item in alice.follow(run_id, timeout=20):
+            if isinstance(item.event, RunApprovalRequested):
+                asked = item.event
+                break
+        assert asked is not None
+        seen: list[RunStatus] = []
+        async with asyncio.timeout(5):
+            while not seen or seen[-1] != "waiting_approval":
+                seen.append(await _status(alice, run_id))
+                await asyncio.sleep(0.05)
+        await alice.call(
+            "approvals.decide",
+            ApprovalDecide(run_id=run_id, call_id=asked.call_id, decision="approved"),
+            APPROVAL_DECIDED_DECODER,
+        )
+        final = [i.event async for i in alice.follow(run_id, timeout=20)][-1]
+        after = await _status(alice, run_id)
+
+    assert set(seen) <= {"running", "waiting_approval"}
+    assert isinstance(final, RunCompleted)
+    assert after == "completed"
