@@ -5,7 +5,7 @@
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -221,7 +221,11 @@ class RecordingPorts:
         )
 
     async def await_approval(
-        self, ctx: RunContext, call: FunctionCallContent, request: ApprovalRequest
+        self,
+        ctx: RunContext,
+        call: FunctionCallContent,
+        request: ApprovalRequest,
+        announce: Callable[[], Awaitable[None]],
     ) -> ApprovalGrant:
         raise AssertionError("no tool in these tests needs approval")
 

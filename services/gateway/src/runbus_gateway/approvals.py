@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import hashlib
 import time
+from collections.abc import Awaitable, Callable
 from typing import Final, Literal
 
 import msgspec
@@ -89,9 +90,17 @@ class Approvals:
         return _DECODER.decode(entry.value), entry.revision or 0
 
     async def wait(
-        self, run_id: str, call_id: str, tenant: str, user_id: str, request: ApprovalRequest
+        self,
+        run_id: str,
+        call_id: str,
+        tenant: str,
+        user_id: str,
+        request: ApprovalRequest,
+        *,
+        announce: Callable[[], Awaitable[None]] | None = None,
     ) -> ApprovalGrant:
-        """Record the request (once) and wait until someone decides or it expires."""
+        """Record the request (once), `announce` it, and wait until someone decides or it
+        expires."""
         key = subjects.approval_key(run_id, call_key(call_id))
         found = await self._get(key)
         if found is None or found[0].request.digest != request.digest:
@@ -101,6 +110,8 @@ class Approvals:
             # Another delivery of this run may have recorded it first.
             with contextlib.suppress(KeyWrongLastSequenceError):
                 await self.kv.create(key, _ENCODER.encode(record))
+        if announce is not None:
+            await announce()
         watcher = await self.kv.watch(key)
         try:
             while True:

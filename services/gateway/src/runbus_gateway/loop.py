@@ -8,6 +8,7 @@ NATS wiring (`ports.py`) stays thin.
 import asyncio
 import contextlib
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Final, Protocol
@@ -87,8 +88,15 @@ class RunPorts(StatePort, Protocol):
     ) -> ToolInvoked: ...
 
     async def await_approval(
-        self, ctx: RunContext, call: FunctionCallContent, request: ApprovalRequest
-    ) -> ApprovalGrant: ...
+        self,
+        ctx: RunContext,
+        call: FunctionCallContent,
+        request: ApprovalRequest,
+        announce: Callable[[], Awaitable[None]],
+    ) -> ApprovalGrant:
+        """Record the request, then `announce` it, then wait for the decision: announced
+        first, a person could decide before there was anything to decide."""
+        ...
 
     async def append_history(
         self,
@@ -594,20 +602,23 @@ async def _call_tool(turn: Turn, call: FunctionCallContent, waiting: set[str]) -
     invoked = await ports.invoke_tool(ctx, call)
     if invoked.outcome == "approval_required" and invoked.approval is not None:
         request = invoked.approval
-        await ports.emit(
-            ctx,
-            RunApprovalRequested(
-                run_id=ctx.run_id,
-                call_id=call.call_id,
-                tool=request.tool,
-                arguments=request.arguments,
-                reason=request.reason,
-                expires_at=request.expires_at,
-            ),
-            event_id=f"approval-{call.call_id}",
-        )
+
+        async def announce() -> None:
+            await ports.emit(
+                ctx,
+                RunApprovalRequested(
+                    run_id=ctx.run_id,
+                    call_id=call.call_id,
+                    tool=request.tool,
+                    arguments=request.arguments,
+                    reason=request.reason,
+                    expires_at=request.expires_at,
+                ),
+                event_id=f"approval-{call.call_id}",
+            )
+
         waiting.add(call.call_id)
-        grant = await ports.await_approval(ctx, call, request)
+        grant = await ports.await_approval(ctx, call, request, announce)
         waiting.discard(call.call_id)
         invoked = await ports.invoke_tool(ctx, call, approval=grant)
     return invoked

@@ -182,14 +182,23 @@ class BusPorts:
             return ToolInvoked(result=FunctionResultContent(call_id=call.call_id, error=str(exc)))
 
     async def await_approval(
-        self, ctx: RunContext, call: FunctionCallContent, request: ApprovalRequest
+        self,
+        ctx: RunContext,
+        call: FunctionCallContent,
+        request: ApprovalRequest,
+        announce: Callable[[], Awaitable[None]],
     ) -> ApprovalGrant:
         assert self.approvals is not None, "the gateway opens the approvals bucket on start"
         if self.on_waiting is not None:
             await self.on_waiting(ctx, True)
         try:
             return await self.approvals.wait(
-                ctx.run_id, call.call_id, ctx.prop("tenant"), ctx.prop("user_id"), request
+                ctx.run_id,
+                call.call_id,
+                ctx.prop("tenant"),
+                ctx.prop("user_id"),
+                request,
+                announce=announce,
             )
         finally:
             if self.on_waiting is not None:
