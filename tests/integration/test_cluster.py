@@ -17,6 +17,7 @@ from nats.js import JetStreamContext
 
 from runbus import subjects
 from runbus.embedded import EmbeddedNatsCluster
+from runbus.jetstream import open_bucket
 from runbus.runner import connect
 from tests.helpers import raw_request
 from tests.stack import Stack, start_stack
@@ -189,3 +190,19 @@ async def test_a_service_connects_with_a_url_listing_every_node(
         assert nc.connected_url.port != cluster.nodes[0].port
     finally:
         await nc.close()
+
+
+async def test_a_bucket_made_with_one_replica_gets_three_when_the_deployment_asks(
+    cluster: EmbeddedNatsCluster,
+) -> None:
+    nc = await connect(",".join(cluster.urls), "bucket-test")
+    try:
+        await open_bucket(nc, "runbus_replicas_test", replicas=1)
+        await open_bucket(nc, "runbus_replicas_test", replicas=3)
+        again = await open_bucket(nc, "runbus_replicas_test", replicas=1)  # never lowered
+        await again.put("k", b"v")
+        info = await nc.jetstream().stream_info("KV_runbus_replicas_test")
+    finally:
+        await nc.drain()
+
+    assert info.config.num_replicas == 3

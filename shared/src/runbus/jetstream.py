@@ -1,6 +1,9 @@
 """JetStream setup and KV helpers every service shares: make a stream or bucket exist with
 the wanted config (idempotent across replicas starting at once), list keys by pattern."""
 
+import asyncio
+from dataclasses import replace
+
 from nats.aio.client import Client as NATS
 from nats.js.api import StreamConfig
 from nats.js.errors import BadRequestError, BucketNotFoundError
@@ -19,10 +22,14 @@ async def ensure_stream(nc: NATS, config: StreamConfig) -> None:
 async def open_bucket(
     nc: NATS, bucket: str, *, replicas: int = 1, ttl: float | None = None, history: int = 1
 ) -> KeyValue:
-    """The KV bucket, created on first use."""
+    """The KV bucket, created on first use; an existing one gets at least `replicas`.
+
+    Replicas are raised, never lowered: a deployment that moves to a cluster and sets
+    `RUNBUS_STREAM_REPLICAS=3` must not keep single-replica buckets from its first start.
+    """
     js = nc.jetstream()
     try:
-        return await js.key_value(bucket)
+        kv = await js.key_value(bucket)
     except BucketNotFoundError:
         try:
             return await js.create_key_value(
@@ -30,6 +37,24 @@ async def open_bucket(
             )
         except BadRequestError:  # another replica created it a moment ago
             return await js.key_value(bucket)
+    stream = await js.stream_info(f"KV_{bucket}")
+    if (stream.config.num_replicas or 1) < replicas:
+        await js.update_stream(replace(stream.config, num_replicas=replicas))
+        await _wait_for_replicas(nc, f"KV_{bucket}", replicas)
+    return kv
+
+
+async def _wait_for_replicas(nc: NATS, stream: str, replicas: int, timeout: float = 30.0) -> None:
+    """Until the stream's new peers have caught up: writes time out while it re-places."""
+    js = nc.jetstream()
+    async with asyncio.timeout(timeout):
+        while True:
+            cluster = (await js.stream_info(stream)).cluster
+            peers = (cluster.replicas or []) if cluster else []
+            placed = cluster is not None and cluster.leader and len(peers) >= replicas - 1
+            if placed and all(peer.current for peer in peers):
+                return
+            await asyncio.sleep(0.1)
 
 
 async def keys_matching(kv: KeyValue, pattern: str) -> list[str]:
