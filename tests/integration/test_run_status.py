@@ -12,12 +12,14 @@ import pytest
 
 from runbus.client import RunbusClient
 from runbus.embedded import EmbeddedNats
-from runbus.messages import ModelRequest, RunApprovalRequested, RunCompleted
+from runbus.errors import RemoteError
+from runbus.messages import ModelRequest, RunApprovalRequested, RunCompleted, RunFailed
 from runbus.messages.runs import (
     APPROVAL_DECIDED_DECODER,
     RUN_INFO_DECODER,
     RUN_LISTED_DECODER,
     ApprovalDecide,
+    RunCancel,
     RunGet,
     RunList,
     RunStatus,
@@ -83,18 +85,48 @@ async def test_a_tenant_runs_no_more_than_its_limit_across_replicas_and_others_g
         held = model.in_flight
         acme_held = await _statuses(alice)
         globex_held = await _statuses(carol)
+        cancelled = next(r for r in acme if acme_held[r] == "queued")
+        await alice.call("runs.cancel", RunCancel(run_id=cancelled), RUN_INFO_DECODER)
+        cancel_final = [i.event async for i in alice.follow(cancelled, timeout=5)][-1]
         model.release.set()
         for client, run_ids in ((alice, acme), (carol, globex)):
             for run_id in run_ids:
-                events = [i.event async for i in client.follow(run_id, timeout=20)]
-                assert isinstance(events[-1], RunCompleted), events[-1]
+                if run_id != cancelled:
+                    events = [i.event async for i in client.follow(run_id, timeout=20)]
+                    assert isinstance(events[-1], RunCompleted), events[-1]
         acme_done = await _statuses(alice)
 
     assert held == 4  # two of acme's six, both of globex's two
     assert model.max_in_flight == 4
     assert sorted(acme_held.values()) == ["queued"] * 4 + ["running"] * 2
     assert sorted(globex_held.values()) == ["running"] * 2
-    assert acme_done == dict.fromkeys(acme, "completed")
+    assert isinstance(cancel_final, RunFailed)
+    assert cancel_final.error.code == "cancelled"
+    assert acme_done == {**dict.fromkeys(acme, "completed"), cancelled: "cancelled"}
+
+
+async def test_a_run_waiting_for_a_person_can_be_cancelled(
+    nats_server: EmbeddedNats, tmp_path: Path, clients: tuple[RunbusClient, RunbusClient]
+) -> None:
+    alice, _ = clients
+    model = GatedModel(_book_business)
+    async with start_stack(
+        nats_server.url, data_dir=tmp_path, agents=AGENTS, routes={"gated": model}
+    ):
+        run_id = await alice.start("travel", "Book QF412 in business", session_id="wait")
+        async for item in alice.follow(run_id, timeout=20):
+            if isinstance(item.event, RunApprovalRequested):
+                break
+        async with asyncio.timeout(5):
+            while await _status(alice, run_id) != "waiting_approval":  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+        await alice.call("runs.cancel", RunCancel(run_id=run_id), RUN_INFO_DECODER)
+        final = [i.event async for i in alice.follow(run_id, timeout=5)][-1]
+        after = await _status(alice, run_id)
+
+    assert isinstance(final, RunFailed)
+    assert final.error.code == "cancelled"
+    assert after == "cancelled"
 
 
 def _book_business(request: ModelRequest, step: int):  # type: ignore[no-untyped-def]
@@ -134,3 +166,38 @@ async def test_a_run_waiting_for_a_person_says_so_until_the_decision(
     assert set(seen) <= {"running", "waiting_approval"}
     assert isinstance(final, RunCompleted)
     assert after == "completed"
+
+
+def _always_down(request: ModelRequest, step: int):  # type: ignore[no-untyped-def]
+    raise ConnectionError("the model provider is down")
+
+
+async def test_a_run_queued_for_a_retry_can_be_cancelled_before_its_next_attempt(
+    nats_server: EmbeddedNats, tmp_path: Path, clients: tuple[RunbusClient, RunbusClient]
+) -> None:
+    alice, _ = clients
+    model = GatedModel(_always_down)
+    async with start_stack(
+        nats_server.url, data_dir=tmp_path, agents=AGENTS, routes={"gated": model}
+    ):
+        run_id = await alice.start("travel", "Hi", session_id="retry")
+        async with asyncio.timeout(10):
+            while await _status_or_none(alice, run_id) != "queued":  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+        info = await alice.call("runs.cancel", RunCancel(run_id=run_id), RUN_INFO_DECODER)
+        calls = len(model.requests)
+        final = [i.event async for i in alice.follow(run_id, timeout=10)][-1]
+        after = await _status(alice, run_id)
+
+    assert info.record.status == "cancelled"
+    assert isinstance(final, RunFailed)
+    assert final.error.code == "cancelled"
+    assert after == "cancelled"
+    assert len(model.requests) == calls  # no attempt after the cancel
+
+
+async def _status_or_none(client: RunbusClient, run_id: str) -> RunStatus | None:
+    try:
+        return await _status(client, run_id)
+    except RemoteError:
+        return None

@@ -135,6 +135,10 @@ class GatewayService(Service):
         """Records of the runs executing here, for status changes mid-run."""
         self._waiting: dict[str, int] = {}
         """Runs waiting for approval → how many of their calls are waiting."""
+        self._queued: set[str] = set()
+        """Runs of this replica waiting for a slot of their tenant."""
+        self._cancel_queued: set[str] = set()
+        """Of those, the ones a cancel reached: they end instead of starting."""
         self.ports.on_waiting = self._on_waiting
 
     @classmethod
@@ -344,6 +348,8 @@ class GatewayService(Service):
                 if agent is None:
                     raise UnknownAgent(f"no agent named {request.agent!r}")
                 record = self._record(request, principal, attempt)
+                if attempt > 1 and await self._cancelled_while_queued(record):
+                    raise RunCancelled(run_id)
                 if attempt > MAX_ATTEMPTS:
                     raise DeadLettered(attempt - 1, "the gateway stopped during every attempt")
                 await self._take_tenant_slot(record)
@@ -405,18 +411,28 @@ class GatewayService(Service):
         if parked:
             await self._parked.acquire()
             self._run_slots.release()
+        self._queued.add(record.run_id)
         try:
             # Polled rather than watched: a slot frees when any replica's run ends, and a
             # watch per queued run would cost more than a read every TENANT_POLL seconds.
             while True:
+                if record.run_id in self._cancel_queued:
+                    raise RunCancelled(record.run_id)
                 if await self._tenants.try_acquire(record.tenant, record.run_id):
                     break
                 await asyncio.sleep(TENANT_POLL)
             self._leases[record.run_id] = record.tenant
         finally:
+            self._queued.discard(record.run_id)
+            self._cancel_queued.discard(record.run_id)
             if parked:
                 await self._run_slots.acquire()
                 self._parked.release()
+
+    async def _cancelled_while_queued(self, record: RunRecord) -> bool:
+        """A redelivered run whose owner cancelled it while it waited for its retry."""
+        earlier = await self.records.get(record.tenant, record.user_id, record.run_id)
+        return earlier is not None and earlier.status == "cancelled"
 
     async def _release_tenant_slot(self, record: RunRecord) -> None:
         if self._tenants is not None and self._leases.pop(record.run_id, None) is not None:
@@ -570,6 +586,9 @@ class GatewayService(Service):
 
     async def _on_cancel(self, msg: Msg) -> None:
         run_id = msg.subject.rsplit(".", 1)[-1]
+        if run_id in self._queued:
+            self._cancel_queued.add(run_id)
+            self.log.info("run_cancelling", run_id=run_id, status="queued")
         task = self._running.get(run_id)
         if task is not None and not task.done():
             self._cancelled.add(run_id)
@@ -615,7 +634,12 @@ class GatewayService(Service):
         record = await self.records.get(principal.tenant, principal.user_id, request.run_id)
         if record is None:
             raise NotFound(f"no run {request.run_id!r}")
-        if record.status == "running":
+        if record.status == "queued" and record.error is not None:
+            # Waiting in the stream for a retry: no replica holds it to tell. The record says
+            # cancelled, and the next delivery ends there (see `_cancelled_while_queued`).
+            record = msgspec.structs.replace(record, status="cancelled", updated_at=now())
+            await self.records.put(record)
+        elif record.status in ("running", "waiting_approval", "queued"):
             await self.nc.publish(subjects.run_cancel(request.run_id), b"")
         return RunInfo(record=record)
 
