@@ -5,6 +5,7 @@ code) as a default. `runbus.cli` registers every module in `MODULES`."""
 MODULES = (
     "up",
     "serve",
+    "http",
     "run",
     "chat",
     "demo",

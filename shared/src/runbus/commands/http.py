@@ -1,0 +1,27 @@
+"""`runbus http`: the gateway's HTTP/SSE ingress in the foreground, for clients without NATS."""
+
+import argparse
+import os
+import sys
+
+from ..settings import Settings
+from ._common import Subparsers
+
+# Started by name, like `runbus serve`: `runbus` never imports a service package.
+INGRESS_MODULE = "runbus_gateway.ingress"
+
+
+def register(subparsers: Subparsers) -> None:
+    http = subparsers.add_parser(
+        "http", help="serve runs over HTTP and Server-Sent Events (the gateway's ingress)"
+    )
+    http.add_argument("--host", default=None, help="address to listen on (RUNBUS_HTTP_HOST)")
+    http.add_argument("--port", type=int, default=None, help="port (RUNBUS_HTTP_PORT)")
+    http.set_defaults(handler=handle)
+
+
+async def handle(settings: Settings, args: argparse.Namespace) -> int:
+    host = settings.http_host if args.host is None else args.host
+    port = settings.http_port if args.port is None else args.port
+    argv = [sys.executable, "-m", INGRESS_MODULE, "--host", host, "--port", str(port)]
+    os.execv(sys.executable, argv)
