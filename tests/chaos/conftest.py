@@ -44,7 +44,8 @@ class ChaosReport:
             columns = list(dict.fromkeys(key for row in rows for key in row))
             lines += ["", f"## {table}", "", "| " + " | ".join(columns) + " |"]
             lines.append("|" + "---|" * len(columns))
-            lines += ["| " + " | ".join(str(row.get(c, "")) for c in columns) + " |" for row in rows]
+            for row in rows:
+                lines.append("| " + " | ".join(str(row.get(c, "")) for c in columns) + " |")
         return "\n".join(lines) + "\n"
 
 

@@ -268,6 +268,12 @@ class GatewayService(Service):
             self._pull_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._pull_task
+            # nats-py 2.16's pull subscription can keep one unfinished queue item (a late 408
+            # taken with get_nowait and never task_done); a connection drain would then wait
+            # out its whole timeout on it. The durable consumer is server-side: unsubscribing
+            # loses nothing.
+            with contextlib.suppress(Exception):
+                await self._subscription.unsubscribe()
         # Runs in flight may finish; what did not start stays queued for another replica, and
         # what is cut off here is redelivered (and resumed) elsewhere, since it was never acked.
         grace = self.stop_grace if self.nc.is_connected else 0.0

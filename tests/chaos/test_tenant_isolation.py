@@ -1,0 +1,392 @@
+"""Issue 11, isolation sweep: alice (tenant acme) owns sessions, runs, memories, a state bag and
+a pending approval; bob (acme) and carol (globex), with and without forged identity headers,
+try every client-API operation and the run queue with every id alice has and ids they could
+guess. Counted: requests, denials, leaks (anything of alice's in a reply, a denial that tells
+her ids from missing ones, or her state changed). Expected: zero leaks."""
+
+import asyncio
+import json
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import msgspec
+import nats
+import pytest
+from nats.aio.client import Client as NATS
+
+from runbus import headers as h
+from runbus import subjects
+from runbus.client import RunbusClient
+from runbus.embedded import EmbeddedNats
+from runbus.messages import ModelRequest, RunApprovalRequested, RunCompleted, RunFailed
+from runbus.messages.errors import ERROR_DECODER
+from runbus.messages.history import HISTORY_LOADED_DECODER, HistoryLoad
+from runbus.messages.memory import MEMORY_LISTED_DECODER, MemoryList
+from runbus.messages.runs import (
+    APPROVAL_DECIDED_DECODER,
+    RUN_INFO_DECODER,
+    ApprovalDecide,
+    RunGet,
+)
+from runbus.messages.sessions import (
+    SESSION_EXPORTED_DECODER,
+    SESSION_INFO_DECODER,
+    SessionExport,
+    SessionGet,
+    SessionStateUpdate,
+)
+from runbus_gateway.agents import load_agents
+from runbus_model_router.service import default_routes
+from tests.chaos.conftest import ChaosReport
+from tests.helpers import publish_and_collect, raw_request
+from tests.models import GatedModel, call, text
+from tests.stack import Stack, start_stack
+
+MARKER: Final = "ZEBRA7731"
+"""Alice's secret: in her messages, her memories and her state bag."""
+GUESSED: Final = ("s1", "default", "alice", "acme", "r-1", "s-bob", "c-guess", "x" * 128)
+"""Ids an intruder might try besides alice's own (all subject-safe, none of them hers)."""
+ATTACKERS: Final = {
+    "bob": ("dev-bob", {}),
+    "bob+forged": ("dev-bob", {"rb-prop-user_id": "alice", "rb-prop-tenant": "acme"}),
+    "carol": ("dev-carol", {}),
+    "carol+forged": ("dev-carol", {"rb-prop-user_id": "alice", "rb-prop-tenant": "acme"}),
+}
+DENIALS: Final = frozenset({"not_found", "forbidden", "conflict", "bad_request"})
+ADDRESSED: Final = frozenset(
+    {
+        "sessions.get",
+        "sessions.export",
+        "sessions.delete",
+        "sessions.state.update",
+        "history.load",
+        "runs.get",
+        "runs.cancel",
+        "approvals.decide",
+    }
+)
+"""Operations on one object named by id: an answer for one of alice's ids is a leak."""
+
+
+def _book(request: ModelRequest, step: int):  # type: ignore[no-untyped-def]
+    if step == 0:
+        return call("create_booking", "c-alice", flight_id="QF412-20261208", cabin="business")
+    return text(f"Booked. {MARKER}")
+
+
+@pytest.fixture
+async def isolated(nats_server: EmbeddedNats, tmp_path: Path) -> AsyncIterator[Stack]:
+    travel = load_agents()["travel"]
+    agents = {
+        "travel": travel,
+        "booker": msgspec.structs.replace(travel, name="booker", model="gated"),
+    }
+    routes = {**default_routes({}), "gated": GatedModel(_book)}
+    async with start_stack(
+        nats_server.url,
+        data_dir=tmp_path / "data",
+        agents=agents,
+        routes=routes,
+        gateway_options={"stop_grace": 0.5},
+    ) as running:
+        yield running
+
+
+@dataclass
+class Alice:
+    """What alice owns, and every id of it."""
+
+    sessions: list[str]
+    runs: list[str]
+    memories: list[str]
+    approval: tuple[str, str]
+    document: dict[str, Any]
+    secrets: list[str] = field(default_factory=list)
+
+
+async def _alice_owns_things(alice: RunbusClient) -> Alice:
+    done = await alice.run(
+        "travel", f"I love {MARKER} tea and I live in Perth.", session_id="s-alice"
+    )
+    await alice.call(
+        "sessions.state.update",
+        SessionStateUpdate(session_id="s-alice", key="notes", value=f"{MARKER} notes"),
+        SESSION_INFO_DECODER,
+    )
+    run_id = await alice.start("booker", "Book QF412 in business", session_id="s-alice-2")
+    async for item in alice.follow(run_id, timeout=30):
+        if isinstance(item.event, RunApprovalRequested):
+            approval = (run_id, item.event.call_id)
+            break
+        assert not isinstance(item.event, RunCompleted | RunFailed), item.event
+    memories: list[str] = []
+    for _ in range(100):  # the memory write is queued at the end of the run
+        listed = await alice.call("memory.list", MemoryList(), MEMORY_LISTED_DECODER)
+        if memories := [m.memory_id for m in listed.memories]:
+            break
+        await asyncio.sleep(0.1)
+    assert memories, "alice's statement was not remembered"
+    exported = await alice.call(
+        "sessions.export", SessionExport(session_id="s-alice"), SESSION_EXPORTED_DECODER
+    )
+    return Alice(
+        sessions=["s-alice", "s-alice-2"],
+        runs=[done.run_id, run_id],
+        memories=memories,
+        approval=approval,
+        document=json.loads(msgspec.json.encode(exported.document)),
+        # Session ids are no secret: anyone may name a session of their own "s-alice".
+        secrets=[MARKER, done.run_id, run_id, *memories, approval[1], '"alice"'],
+    )
+
+
+async def _alice_view(alice: RunbusClient, owned: Alice) -> object:
+    """Everything alice can see of her things: must be the same before and after the sweep."""
+    view: list[object] = []
+    for session_id in owned.sessions:
+        info = await alice.call(
+            "sessions.get", SessionGet(session_id=session_id), SESSION_INFO_DECODER
+        )
+        loaded = await alice.call(
+            "history.load", HistoryLoad(session_id=session_id), HISTORY_LOADED_DECODER
+        )
+        view += [info.record, loaded.messages]
+    for run_id in owned.runs:
+        info = await alice.call("runs.get", RunGet(run_id=run_id), RUN_INFO_DECODER)
+        view.append((info.record.status, info.record.updated_at))
+    listed = await alice.call("memory.list", MemoryList(), MEMORY_LISTED_DECODER)
+    view.append(sorted(m.memory_id for m in listed.memories))
+    return msgspec.json.encode(view)
+
+
+Probe = tuple[str, dict[str, Any], bool]
+"""(operation, body, whether the body names one of alice's ids)."""
+
+
+def _probes(owned: Alice, attacker: str) -> list[Probe]:
+    """Every API request an intruder can make against alice's things, and guessed ones."""
+    sessions = [(s, True) for s in owned.sessions] + [(s, False) for s in GUESSED]
+    runs = [(r, True) for r in owned.runs] + [(r, False) for r in GUESSED]
+    memories = [(m, True) for m in owned.memories] + [("0" * 32, False), ("alice", False)]
+    probes: list[Probe] = []
+    for session_id, hers in sessions:
+        for op in ("sessions.get", "sessions.export", "sessions.delete", "history.load"):
+            probes.append((op, {"type": op, "session_id": session_id}, hers))
+        probes.append(
+            (
+                "sessions.state.update",
+                {"type": "sessions.state.update", "session_id": session_id, "key": "notes"},
+                hers,
+            )
+        )
+        probes.append(("runs.list", {"type": "runs.list", "session_id": session_id}, hers))
+        probes.append(("memory.list", {"type": "memory.list", "session_id": session_id}, hers))
+        probes.append(("memory.forget", {"type": "memory.forget", "session_id": session_id}, hers))
+    for run_id, hers in runs:
+        for op in ("runs.get", "runs.cancel"):
+            probes.append((op, {"type": op, "run_id": run_id}, hers))
+    run_id, call_id = owned.approval
+    for (r, c), hers in [
+        ((run_id, call_id), True),
+        ((run_id, "c-guess"), True),
+        (("r-1", call_id), False),
+    ]:
+        body = {"type": "approvals.decide", "run_id": r, "call_id": c, "decision": "denied"}
+        probes.append(("approvals.decide", body, hers))
+    for memory_id, hers in memories:
+        body = {"type": "memory.forget", "memory_ids": [memory_id]}
+        probes.append(("memory.forget", body, hers))
+    for scope in ("tenant", "user", "session", "agent"):
+        body = {"type": "memory.search", "query": f"{MARKER} tea", "scope": scope}
+        probes.append(("memory.find", body, False))
+    for match in (["tenant"], ["session_id"], ["application_id"], []):
+        body = {"type": "memory.search", "query": f"{MARKER} tea", "match": match}
+        probes.append(("memory.find", body, False))
+    for op in ("memory.stats", "sessions.list", "runs.list", "memory.list"):
+        probes.append((op, {"type": op}, False))
+    probes.append(("memory.forget", {"type": "memory.forget", "everything": True}, False))
+    return probes
+
+
+def _imports(owned: Alice, attacker: str) -> list[Probe]:
+    """Session documents under alice's session ids: alice's own export as it is, and a
+    document of the intruder's own (their tenant, their name). Sent after every other probe,
+    since an accepted one creates a session of the intruder's."""
+    user, tenant = ("bob", "acme") if attacker.startswith("bob") else ("carol", "globex")
+    probes: list[Probe] = [
+        ("sessions.import", {"type": "sessions.import", "document": owned.document}, True)
+    ]
+    for session_id in [*owned.sessions, f"s-guess-{user}"]:
+        record = {
+            "session_id": session_id,
+            "tenant": tenant,
+            "owner": user,
+            "agent": "travel",
+            "created_at": "2026-01-01T00:00:00Z",
+            "updated_at": "2026-01-01T00:00:00Z",
+        }
+        body = {"type": "sessions.import", "document": {"record": record, "messages": []}}
+        probes.append(("sessions.import", body, session_id in owned.sessions))
+    return probes
+
+
+@dataclass
+class Sweep:
+    counts: dict[str, Counter[str]] = field(default_factory=dict)
+    leaks: list[str] = field(default_factory=list)
+    denials: dict[tuple[str, str], set[tuple[str, str]]] = field(default_factory=dict)
+
+    def count(self, op: str, what: str) -> None:
+        self.counts.setdefault(op, Counter())[what] += 1
+
+
+async def _probe(
+    nc: NATS, sweep: Sweep, owned: Alice, attacker: str, probe: Probe, ids: list[str]
+) -> None:
+    op, body, hers = probe
+    token, forged = ATTACKERS[attacker]
+    reply = await nc.request(
+        subjects.api(op),
+        json.dumps(body).encode(),
+        timeout=15,
+        headers={h.AUTH: f"Bearer {token}", **forged},
+    )
+    sweep.count(op, "requests")
+    said = reply.data.decode(errors="replace")
+    if reply.headers and h.ERROR in reply.headers:
+        info = ERROR_DECODER.decode(reply.data).error
+        sweep.count(op, "denied")
+        if op == "sessions.import" and info.code == "conflict":
+            sweep.count(op, "existence oracle")
+        if info.code not in DENIALS or MARKER in said:
+            sweep.leaks.append(f"{attacker} {op} {body}: {info.code} {info.message}")
+            sweep.count(op, "leaks")
+        # What a denial says, with the id it names blanked: alice's ids and guessed ones must
+        # read alike, or the answer tells which ids exist.
+        message = info.message
+        for known in sorted(ids, key=len, reverse=True):
+            message = message.replace(known, "<id>")
+        sweep.denials.setdefault((attacker, op), set()).add((info.code, message))
+        return
+    sweep.count(op, "answered")
+    if found := [s for s in owned.secrets if s in said]:
+        sweep.leaks.append(f"{attacker} {op} {body}: reply holds {found}: {said[:300]}")
+        sweep.count(op, "leaks")
+    elif hers and op in ADDRESSED:
+        sweep.leaks.append(f"{attacker} {op} {body} was answered: {said[:300]}")
+        sweep.count(op, "leaks")
+
+
+async def test_no_other_user_or_tenant_can_read_change_or_detect_alices_things(
+    isolated: Stack, nats_server: EmbeddedNats, chaos_report: ChaosReport
+) -> None:
+    nc = await nats.connect(nats_server.url)
+    try:
+        alice = RunbusClient(nc, token="dev-alice")
+        owned = await _alice_owns_things(alice)
+        before = await _alice_view(alice, owned)
+        sweep = Sweep()
+        ids = [*owned.sessions, *owned.runs, *owned.memories, owned.approval[1], *GUESSED]
+        for attacker in ATTACKERS:
+            for probe in _probes(owned, attacker):
+                await _probe(nc, sweep, owned, attacker, probe, ids)
+        for attacker in ATTACKERS:
+            for probe in _imports(owned, attacker):
+                await _probe(nc, sweep, owned, attacker, probe, ids)
+        for attacker in ATTACKERS:
+            await _runs_on_alices_sessions(nc, sweep, owned, attacker)
+        after = await _alice_view(alice, owned)
+        events_read = await _events_of_alices_run(nats_server, owned)
+
+        # Importing is creating: a session id is unique in its tenant, so an intruder's own
+        # document under one of alice's ids is refused as existing (counted, not a leak).
+        oracles = {
+            k: v for k, v in sweep.denials.items() if len(v) > 1 and k[1] != "sessions.import"
+        }
+        for (attacker, op), answers in oracles.items():
+            sweep.leaks.append(f"{attacker} {op}: denials differ by id: {sorted(answers)}")
+            sweep.count(op, "leaks")
+        # The first decision wins: had an intruder's denial landed, alice's approval would not.
+        run_id, call_id = owned.approval
+        decided = await alice.call(
+            "approvals.decide",
+            ApprovalDecide(run_id=run_id, call_id=call_id, decision="approved"),
+            APPROVAL_DECIDED_DECODER,
+        )
+        async for item in alice.follow(run_id, timeout=30):
+            final = item.event
+    finally:
+        await nc.drain()
+    if after != before:
+        sweep.leaks.append("alice's sessions, history, runs or memories changed")
+    chaos_report.record(
+        "Tenant isolation",
+        {"operation": "alice's state after the sweep", "leaks": int(after != before)},
+    )
+    for op, counted in sorted(sweep.counts.items()):
+        chaos_report.record(
+            "Tenant isolation",
+            {
+                "operation": op,
+                "requests": counted["requests"],
+                "denied": counted["denied"],
+                "answered (nothing of alice's)": counted["answered"] - counted["leaks"],
+                "existence oracle": counted["existence oracle"],
+                "leaks": counted["leaks"],
+            },
+        )
+    # Known and documented (architecture.md, trust model): events are not isolated per user;
+    # counted here so the day they are, this row drops to 0.
+    chaos_report.record(
+        "Tenant isolation",
+        {
+            "operation": "runbus.events.<run_id> (known gap: not isolated)",
+            "requests": 1,
+            "leaks": events_read,
+        },
+    )
+    assert not sweep.leaks, "\n".join(sweep.leaks)
+    assert events_read > 0, "events became isolated: make this an expected 0"
+    assert decided.decision == "approved"
+    assert isinstance(final, RunCompleted)
+
+
+async def _events_of_alices_run(nats_server: EmbeddedNats, owned: Alice) -> int:
+    """Events of alice's first run (her answer, her tool results) that carol reads by its id
+    alone."""
+    nc = await nats.connect(nats_server.url)
+    try:
+        carol = RunbusClient(nc, token="dev-carol")
+        read = 0
+        async for _ in carol.follow(owned.runs[0], timeout=10):
+            read += 1
+        return read
+    finally:
+        await nc.drain()
+
+
+async def _runs_on_alices_sessions(nc: NATS, sweep: Sweep, owned: Alice, attacker: str) -> None:
+    """A run on one of alice's sessions fails without a word of her history."""
+    token, forged = ATTACKERS[attacker]
+    for session_id in owned.sessions:
+        run_id = f"r-{attacker.replace('+', '-')}-{session_id}"
+        events = await publish_and_collect(
+            nc,
+            run_id,
+            raw_request(run_id, "What did I tell you before?", session_id=session_id),
+            token=token,
+            extra_headers=forged,
+        )
+        op = subjects.RUNS_TEMPLATE
+        sweep.count(op, "requests")
+        said = json.dumps(events)
+        failed = events[-1]["type"] == "run.failed"
+        sweep.count(op, "denied" if failed else "answered")
+        # In another tenant the id names a session of the intruder's own: that run may run.
+        same_tenant = attacker.startswith("bob")
+        if (same_tenant and not failed) or any(s in said for s in owned.secrets):
+            sweep.leaks.append(f"{attacker} ran on {session_id}: {said[:300]}")
+            sweep.count(op, "leaks")
