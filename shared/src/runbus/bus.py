@@ -12,13 +12,13 @@ import msgspec
 import nats.errors
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
-from opentelemetry.trace import SpanKind, Tracer
+from opentelemetry.trace import SpanKind, Tracer, set_span_in_context
 
 from . import headers as h
 from .errors import DeadlineExceeded, RemoteError, Unavailable
 from .messages import encode
 from .messages.errors import ERROR_DECODER
-from .telemetry import inject, messaging_attributes
+from .telemetry import inject, messaging_attributes, record_failure, start_span
 
 T = TypeVar("T")
 NO_RESPONDERS_RETRY: Final = 0.05
@@ -54,36 +54,45 @@ class Bus:
                 raise DeadlineExceeded(f"deadline passed before the request to {subject!r}")
             wait = min(wait, left)
         data = encode(message)
-        with self.tracer.start_as_current_span(
+        # The client span is never made current: nothing runs under it but the request, and
+        # the service side finds its parent through the injected traceparent.
+        span = start_span(
+            self.tracer,
             f"send {span_subject or subject}",
-            kind=SpanKind.CLIENT,
-            attributes=messaging_attributes(subject, "send", message_size=len(data)),
-        ):
+            SpanKind.CLIENT,
+            messaging_attributes(subject, "send", message_size=len(data)),
+        )
+        try:
             headers = ctx.to_headers()
-            inject(headers)
-            try:
-                reply = await self._request(subject, data, wait, headers)
-            except nats.errors.NoRespondersError:
-                raise Unavailable(f"no service answers on {subject!r}") from None
-            except nats.errors.TimeoutError:
-                if left is not None and wait >= left:
-                    raise DeadlineExceeded(f"deadline passed waiting on {subject!r}") from None
-                raise Unavailable(f"no reply on {subject!r} within {wait:.1f}s") from None
+            inject(headers, set_span_in_context(span))
+            reply = await self._request(subject, data, wait, left, headers)
             if reply.headers and h.ERROR in reply.headers:
                 info = ERROR_DECODER.decode(reply.data).error
                 raise RemoteError(info.code, info.message, details=info.details)
             return decoder.decode(reply.data)
+        except Exception as exc:
+            record_failure(span, exc)
+            raise
+        finally:
+            span.end()
 
     async def _request(
-        self, subject: str, data: bytes, wait: float, headers: dict[str, str]
+        self, subject: str, data: bytes, wait: float, left: float | None, headers: dict[str, str]
     ) -> Msg:
         try:
-            return await self.nc.request(subject, data, timeout=wait, headers=headers)
+            try:
+                return await self.nc.request(subject, data, timeout=wait, headers=headers)
+            except nats.errors.NoRespondersError:
+                # A replica that is just subscribing (or restarting) can be missed for a
+                # moment; one short retry tells "not there yet" from "not there at all".
+                await asyncio.sleep(NO_RESPONDERS_RETRY)
+                return await self.nc.request(subject, data, timeout=wait, headers=headers)
         except nats.errors.NoRespondersError:
-            # A replica that is just subscribing (or restarting) can be missed for a moment;
-            # one short retry tells "not there yet" from "not there at all".
-            await asyncio.sleep(NO_RESPONDERS_RETRY)
-            return await self.nc.request(subject, data, timeout=wait, headers=headers)
+            raise Unavailable(f"no service answers on {subject!r}") from None
+        except nats.errors.TimeoutError:
+            if left is not None and wait >= left:
+                raise DeadlineExceeded(f"deadline passed waiting on {subject!r}") from None
+            raise Unavailable(f"no reply on {subject!r} within {wait:.1f}s") from None
 
     async def publish(
         self, subject: str, message: msgspec.Struct, *, ctx: h.RunContext | None = None

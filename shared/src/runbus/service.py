@@ -15,6 +15,7 @@ from nats.aio.client import Client as NATS
 from nats.micro import add_service
 from nats.micro.request import Request
 from nats.micro.service import Service as MicroService
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode, TracerProvider
 
@@ -23,7 +24,7 @@ from . import headers as h
 from .bus import Bus
 from .errors import BadRequest, DeadlineExceeded, InternalError, RunbusError, Unavailable
 from .messages import ErrorReply, encode
-from .telemetry import extract, messaging_attributes
+from .telemetry import extract, messaging_attributes, start_span
 
 Handler = Callable[[h.RunContext, Any], Awaitable[msgspec.Struct | msgspec.Raw]]
 
@@ -139,55 +140,71 @@ class Service:
         return task
 
     def _dispatcher(self, endpoint: Endpoint) -> Callable[[Request], Awaitable[None]]:
+        span_name = f"process {endpoint.span_subject or endpoint.subject}"
+
         # nats-py runs one subscription's callbacks one after another; a task per request
         # lets a slow request not block the next, and the semaphore bounds how many run.
         async def dispatch(request: Request) -> None:
             await self._slots.acquire()
-            task = self.spawn(self._serve(endpoint, request))
-            task.add_done_callback(lambda _: self._slots.release())
+            task = asyncio.get_running_loop().create_task(self._serve(endpoint, span_name, request))
+            self._tasks.add(task)
+            task.add_done_callback(self._request_done)
 
         return dispatch
 
-    async def _serve(self, endpoint: Endpoint, request: Request) -> None:
-        headers = request.headers or {}
+    def _request_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._slots.release()
+
+    async def _serve(self, endpoint: Endpoint, span_name: str, request: Request) -> None:
+        headers = request.headers
         ctx = h.RunContext.from_headers(headers)
-        with (
-            self.tracer.start_as_current_span(
-                f"process {endpoint.span_subject or endpoint.subject}",
-                context=extract(headers),
-                kind=SpanKind.SERVER,
-                attributes=messaging_attributes(
-                    request.subject, "process", message_size=len(request.data)
-                ),
-                record_exception=False,
-                set_status_on_exception=False,
-            ) as span,
-            structlog.contextvars.bound_contextvars(run_id=ctx.run_id),
-        ):
+        span = start_span(
+            self.tracer,
+            span_name,
+            SpanKind.SERVER,
+            messaging_attributes(request.subject, "process", message_size=len(request.data)),
+            context=extract(headers),
+        )
+        # Made current by hand (not `start_as_current_span`): the per-request cost of the
+        # context-manager layers shows on every hop.
+        span_token = otel_context.attach(trace.set_span_in_context(span))
+        log_tokens = structlog.contextvars.bind_contextvars(run_id=ctx.run_id)
+        try:
             try:
                 body = endpoint.decoder.decode(request.data)
                 left = ctx.time_left()
-                if left is not None and left <= 0:
-                    raise DeadlineExceeded("the run's deadline passed before the request arrived")
-                async with asyncio.timeout(left):
+                if left is None:
                     reply = await endpoint.handler(ctx, body)
+                else:
+                    if left <= 0:
+                        raise DeadlineExceeded(
+                            "the run's deadline passed before the request arrived"
+                        )
+                    async with asyncio.timeout(left):
+                        reply = await endpoint.handler(ctx, body)
                 data, reply_headers = encode(reply), None
             except Exception as exc:
                 error = as_runbus_error(exc)
+                info = error.to_info()  # a forwarded error's code is the remote one
                 span.set_status(Status(StatusCode.ERROR, error.message))
-                span.set_attribute("error.type", error.code)
+                span.set_attribute("error.type", info.code)
                 if isinstance(error, InternalError):
                     self.log.exception("request_failed", subject=request.subject)
                 else:
                     self.log.info(
                         "request_rejected",
                         subject=request.subject,
-                        code=error.code,
+                        code=info.code,
                         reason=error.message,
                     )
-                data = encode(ErrorReply(error=error.to_info()))
-                reply_headers = {h.ERROR: error.to_info().code}
+                data = encode(ErrorReply(error=info))
+                reply_headers = {h.ERROR: info.code}
             try:
                 await request.respond(data, headers=reply_headers)
             except ValueError:
                 self.log.info("request_without_reply_subject", subject=request.subject)
+        finally:
+            structlog.contextvars.reset_contextvars(**log_tokens)
+            otel_context.detach(span_token)
+            span.end()

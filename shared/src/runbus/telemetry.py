@@ -10,8 +10,11 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.util.types import AttributeValue
+
+from .headers import TRACEPARENT
 
 _PROPAGATOR: Final = TraceContextTextMapPropagator()
 OTLP_ENDPOINT_VARS: Final = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
@@ -23,7 +26,8 @@ def create_tracer_provider(
     """A provider for one service; exports over OTLP/HTTP when an endpoint is configured.
 
     The standard `OTEL_*` variables apply (`OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`,
-    `OTEL_EXPORTER_OTLP_*`, `OTEL_SDK_DISABLED`).
+    `OTEL_EXPORTER_OTLP_*`, `OTEL_SDK_DISABLED`, and `OTEL_TRACES_SAMPLER`/`_ARG`, e.g.
+    `parentbased_traceidratio` with `0.01`: a run is kept or dropped whole, at its root).
     """
     provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
     if any(os.environ.get(var) for var in OTLP_ENDPOINT_VARS):
@@ -49,7 +53,36 @@ def inject(headers: dict[str, str], context: Context | None = None) -> None:
 
 def extract(headers: Mapping[str, str] | None) -> Context:
     """The remote parent carried by `headers` (an empty context if none)."""
-    return _PROPAGATOR.extract(dict(headers or {}))
+    if not headers or TRACEPARENT not in headers:
+        return Context()
+    return _PROPAGATOR.extract(headers)
+
+
+def start_span(
+    tracer: Tracer,
+    name: str,
+    kind: SpanKind,
+    attributes: Mapping[str, AttributeValue] | None = None,
+    *,
+    context: Context | None = None,
+) -> Span:
+    """Start a span that is not made current; its attributes are kept only when it records.
+
+    The hop path uses this instead of `start_as_current_span`: a client span never has
+    children (it only needs to be injected), and a span the sampler drops gets no attributes.
+    """
+    span = tracer.start_span(name, context=context, kind=kind)
+    if attributes and span.is_recording():
+        span.set_attributes(attributes)
+    return span
+
+
+def record_failure(span: Span, exc: BaseException) -> None:
+    """What `start_as_current_span` does for an exception leaving its block: an exception
+    event and an ERROR status."""
+    if span.is_recording():
+        span.record_exception(exc)
+        span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
 
 
 def messaging_attributes(

@@ -1,11 +1,19 @@
 """Session records in a JetStream KV bucket, one key per tenant and session.
 
 Writes are compare-and-set on the key's revision, so two gateway replicas claiming one session
-cannot both win; no process-local lock is involved.
+cannot both win; no process-local lock is involved. Records are cached (see `cache`), kept
+honest by a watcher that hears every write to the bucket.
 """
 
+import contextlib
+from typing import Final
+
 import msgspec
+import nats.errors
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.js.api import DeliverPolicy
+from nats.js.client import JetStreamContext
 from nats.js.errors import (
     KeyNotFoundError,
     KeyWrongLastSequenceError,
@@ -16,9 +24,11 @@ from runbus import subjects
 from runbus.jetstream import keys_matching, open_bucket
 from runbus.messages.sessions import SessionRecord
 
+from .cache import RecordCache
 from .core import RECORD_DECODER
 
 _ENCODER = msgspec.json.Encoder()
+_WRITES: Final = f"$KV.{subjects.SESSIONS_BUCKET}."
 
 
 class StaleRevision(Exception):
@@ -28,20 +38,57 @@ class StaleRevision(Exception):
 class SessionRecords:
     def __init__(self, kv: KeyValue) -> None:
         self.kv = kv
+        self.cache = RecordCache()
+        self._watch: JetStreamContext.PushSubscription | None = None
 
     @classmethod
     async def open(cls, nc: NATS, *, replicas: int = 1) -> "SessionRecords":
-        return cls(await open_bucket(nc, subjects.SESSIONS_BUCKET, replicas=replicas))
+        """The bucket, created on first use, with the record cache's watcher running."""
+        records = cls(await open_bucket(nc, subjects.SESSIONS_BUCKET, replicas=replicas))
+        # Only writes from now on matter (the cache starts empty), and only their subject and
+        # sequence: headers only.
+        records._watch = await nc.jetstream().subscribe(
+            f"{_WRITES}>",
+            stream=f"KV_{subjects.SESSIONS_BUCKET}",
+            cb=records._on_write,
+            ordered_consumer=True,
+            deliver_policy=DeliverPolicy.NEW,
+            headers_only=True,
+        )
+        return records
+
+    async def close(self) -> None:
+        """Stop the watcher (nothing to stop on a connection already closed)."""
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            with contextlib.suppress(nats.errors.ConnectionClosedError):
+                await watch.unsubscribe()
+
+    async def _on_write(self, msg: Msg) -> None:
+        self.cache.written(msg.subject[len(_WRITES) :], msg.metadata.sequence.stream)
+
+    async def recent(self, tenant: str, session_id: str) -> SessionRecord | None:
+        """The record as this replica last heard of it, read only when not cached.
+
+        Good for an ownership check and as the base of a compare-and-set write (which fails
+        and re-reads if the record moved on); `get` is the record as stored now.
+        """
+        cached = self.cache.get(subjects.session_key(tenant, session_id))
+        return cached if cached is not None else await self.get(tenant, session_id)
 
     async def get(self, tenant: str, session_id: str) -> SessionRecord | None:
+        key = subjects.session_key(tenant, session_id)
         try:
-            entry = await self.kv.get(subjects.session_key(tenant, session_id))
+            entry = await self.kv.get(key)
         except KeyNotFoundError:
             return None
         if entry.value is None:
             return None
-        record = RECORD_DECODER.decode(entry.value)
-        return msgspec.structs.replace(record, revision=entry.revision or 0)
+        record = msgspec.structs.replace(
+            RECORD_DECODER.decode(entry.value), revision=entry.revision or 0
+        )
+        self.cache.remember(key, record)
+        return record
 
     async def create(self, record: SessionRecord) -> SessionRecord | None:
         """Store a new record; None if one exists already."""
@@ -50,7 +97,9 @@ class SessionRecords:
             revision = await self.kv.create(key, self._encode(record))
         except KeyWrongLastSequenceError:
             return None
-        return msgspec.structs.replace(record, revision=revision)
+        created = msgspec.structs.replace(record, revision=revision)
+        self.cache.remember(key, created)
+        return created
 
     async def update(self, record: SessionRecord) -> SessionRecord:
         """Write `record` if the stored one is still at `record.revision`."""
@@ -59,10 +108,14 @@ class SessionRecords:
             revision = await self.kv.update(key, self._encode(record), last=record.revision)
         except KeyWrongLastSequenceError:
             raise StaleRevision(key) from None
-        return msgspec.structs.replace(record, revision=revision)
+        updated = msgspec.structs.replace(record, revision=revision)
+        self.cache.remember(key, updated)
+        return updated
 
     async def delete(self, tenant: str, session_id: str) -> None:
-        await self.kv.purge(subjects.session_key(tenant, session_id))
+        key = subjects.session_key(tenant, session_id)
+        await self.kv.purge(key)
+        self.cache.forget(key)
 
     async def list(self, tenant: str) -> list[SessionRecord]:
         keys = await keys_matching(self.kv, f"{tenant}.*")

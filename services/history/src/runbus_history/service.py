@@ -132,6 +132,10 @@ class HistoryService(Service):
         )
         self._records = await SessionRecords.open(self.nc, replicas=self.replicas)
 
+    async def on_stop(self) -> None:
+        if self._records is not None:
+            await self._records.close()
+
     @property
     def records(self) -> SessionRecords:
         assert self._records is not None, "start() opens the records bucket"
@@ -144,7 +148,7 @@ class HistoryService(Service):
         reading = asyncio.ensure_future(self._read(ctx, who, request.session_id))
         try:
             core.owned(
-                await self.records.get(who.tenant, request.session_id),
+                await self.records.recent(who.tenant, request.session_id),
                 who.user_id,
                 request.session_id,
             )
@@ -156,8 +160,10 @@ class HistoryService(Service):
 
     async def on_append(self, ctx: RunContext, request: HistoryAppend) -> HistoryAppended:
         who = caller(ctx)
+        # The record as last heard of is enough: it is only checked for the owner and, on
+        # release, changed by compare-and-set, which re-reads if it moved on.
         record = core.owned(
-            await self.records.get(who.tenant, request.session_id),
+            await self.records.recent(who.tenant, request.session_id),
             who.user_id,
             request.session_id,
         )
@@ -182,7 +188,6 @@ class HistoryService(Service):
         who = caller(ctx)
         reading = asyncio.ensure_future(self._read(ctx, who, request.session_id))
         try:
-            record, created = await self._get_or_create(ctx, who, request.session_id)
             displaced: list[str] = []
 
             def claim(current: SessionRecord) -> SessionRecord:
@@ -192,7 +197,9 @@ class HistoryService(Service):
                 displaced[:] = [previous] if previous else []
                 return claimed
 
-            record = await self._update(record, claim)
+            record, created = await self._get_or_create(ctx, who, request.session_id, claim)
+            if not created:
+                record = await self._update(record, claim)
         except BaseException:
             reading.cancel()
             raise
@@ -272,10 +279,12 @@ class HistoryService(Service):
         if not is_identifier(record.session_id):
             raise SessionNotFound(record.session_id)
         subject = subjects.history_log(who.tenant, record.session_id)
-        await store.purge(self.nc, subject)
         created = await self.records.create(msgspec.structs.replace(record, revision=0))
         if created is None:
             raise SessionExists(record.session_id)
+        # Only once the record is the caller's: what is purged is a leftover of a session
+        # deleted half-way, never the history of a session that exists (maybe someone else's).
+        await store.purge(self.nc, subject)
         messages = request.document.messages
         for start in range(0, len(messages), IMPORT_CHUNK):
             chunk = messages[start : start + IMPORT_CHUNK]
@@ -327,19 +336,23 @@ class HistoryService(Service):
         return core.loaded(batches)
 
     async def _get_or_create(
-        self, ctx: RunContext, who: Caller, session_id: str
+        self, ctx: RunContext, who: Caller, session_id: str, change: "core.RecordChange"
     ) -> tuple[SessionRecord, bool]:
+        """The caller's record and whether it is new; a new one is created with `change`
+        applied (one write instead of two), an existing one is returned as stored."""
         record = await self.records.get(who.tenant, session_id)
         if record is None:
             now = datetime.now(UTC)
             record = await self.records.create(
-                SessionRecord(
-                    session_id=session_id,
-                    tenant=who.tenant,
-                    owner=who.user_id,
-                    agent=ctx.agent,
-                    created_at=now,
-                    updated_at=now,
+                change(
+                    SessionRecord(
+                        session_id=session_id,
+                        tenant=who.tenant,
+                        owner=who.user_id,
+                        agent=ctx.agent,
+                        created_at=now,
+                        updated_at=now,
+                    )
                 )
             )
             if record is not None:

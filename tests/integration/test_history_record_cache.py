@@ -1,0 +1,192 @@
+"""History replicas cache session records so appends skip the record read; a write on any
+replica (a delete above all) reaches every replica's cache through the bucket watcher."""
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
+
+import msgspec
+import nats
+import pytest
+from nats.aio.client import Client as NATS
+from nats.js.kv import KeyValue
+from opentelemetry import trace
+
+from runbus import subjects
+from runbus.bus import Bus
+from runbus.embedded import EmbeddedNats
+from runbus.headers import RunContext
+from runbus.messages import ChatMessage, HistoryAppend
+from runbus.messages.history import HISTORY_APPENDED_DECODER
+from runbus.messages.sessions import SESSION_OPENED_DECODER, SessionOpen, SessionRecord
+from runbus_history.records import SessionRecords
+from runbus_history.service import HistoryService
+
+NOW = datetime(2026, 12, 1, tzinfo=UTC)
+
+
+def record(owner: str, session_id: str = "s1") -> SessionRecord:
+    return SessionRecord(
+        session_id=session_id,
+        tenant="acme",
+        owner=owner,
+        agent="travel",
+        created_at=NOW,
+        updated_at=NOW,
+    )
+
+
+@pytest.fixture
+async def replicas(nats_server: EmbeddedNats) -> AsyncIterator[list[SessionRecords]]:
+    """Two history replicas' views of the sessions bucket, each on its own connection."""
+    connections = [await nats.connect(nats_server.url) for _ in range(2)]
+    views = [await SessionRecords.open(nc) for nc in connections]
+    yield views
+    for view, nc in zip(views, connections, strict=True):
+        await view.close()
+        await nc.drain()
+
+
+def count_gets(kv: KeyValue) -> list[str]:
+    calls: list[str] = []
+    get = kv.get
+
+    async def counting_get(key: str, *args: object, **kwargs: object) -> KeyValue.Entry:
+        calls.append(key)
+        return await get(key, *args, **kwargs)  # type: ignore[arg-type]
+
+    kv.get = counting_get  # type: ignore[method-assign]
+    return calls
+
+
+async def owner(records: SessionRecords, session_id: str = "s1") -> str | None:
+    recent = await records.recent("acme", session_id)
+    return recent.owner if recent is not None else None
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], seconds: float = 5.0) -> None:
+    async with asyncio.timeout(seconds):
+        while not await check():  # noqa: ASYNC110 - the watcher is in another connection
+            await asyncio.sleep(0.01)
+
+
+async def test_a_session_deleted_and_recreated_elsewhere_changes_owner_on_every_replica(
+    replicas: list[SessionRecords],
+) -> None:
+    cached, other = replicas
+    await other.create(record("alice"))
+    assert await owner(cached) == "alice"  # read once, now cached
+
+    await other.delete("acme", "s1")
+    await other.create(record("bob"))
+
+    async def bob_owns_it() -> bool:
+        return await owner(cached) == "bob"
+
+    await eventually(bob_owns_it)
+
+
+async def test_a_deleted_session_has_no_owner_on_the_replica_that_cached_it(
+    replicas: list[SessionRecords],
+) -> None:
+    cached, other = replicas
+    await other.create(record("alice"))
+    assert await owner(cached) == "alice"
+
+    await other.delete("acme", "s1")
+
+    async def gone() -> bool:
+        return await owner(cached) is None
+
+    await eventually(gone)
+
+
+async def test_appends_after_a_replicas_own_writes_read_no_record(
+    replicas: list[SessionRecords],
+) -> None:
+    view, other = replicas
+    gets = count_gets(view.kv)
+    created = await view.create(record("alice"))
+    assert created is not None
+    claimed = await view.update(msgspec.structs.replace(created, active_run="r-1"))
+    await asyncio.sleep(0.2)  # the watcher hears both writes; they are the cached revision
+
+    owners = [await owner(view) for _ in range(5)]
+
+    assert owners == ["alice"] * 5
+    assert gets == []
+
+    await other.update(msgspec.structs.replace(claimed, active_run=None))
+
+    async def reread() -> bool:
+        return await owner(view) == "alice" and gets == ["acme.s1"]
+
+    await eventually(reread)
+
+
+async def test_a_release_from_a_stale_cached_record_keeps_the_newer_write(
+    nats_server: EmbeddedNats, nc: NATS
+) -> None:
+    """The cache may lag a write (here its watcher is stopped outright); the releasing append
+    then fails its compare-and-set, re-reads and keeps the other replica's change."""
+    history = HistoryService(nc)
+    await history.start()
+    other_nc = await nats.connect(nats_server.url)
+    other = await SessionRecords.open(other_nc)
+    bus = Bus(nc, trace.get_tracer("test"))
+    ctx = RunContext(run_id="r-1", props={"tenant": "acme", "user_id": "alice"})
+    try:
+        await bus.request(
+            subjects.SESSIONS_OPEN, SessionOpen(session_id="s1"), SESSION_OPENED_DECODER, ctx=ctx
+        )
+        await history.records.close()  # from here on, history's cache hears of no write
+        stored = await other.get("acme", "s1")
+        assert stored is not None
+        assert stored.active_run == "r-1"
+        await other.update(msgspec.structs.replace(stored, state={"mode": "plan"}))
+
+        appended = await bus.request(
+            subjects.HISTORY_APPEND,
+            HistoryAppend(
+                session_id="s1",
+                messages=[ChatMessage(role="user", contents=[], message_id="r-1:in0")],
+                release=True,
+                history_length=1,
+            ),
+            HISTORY_APPENDED_DECODER,
+            ctx=ctx,
+        )
+
+        assert appended.stored == 1
+        released = await other.get("acme", "s1")
+        assert released is not None
+        assert (released.active_run, released.history_length, released.state) == (
+            None,
+            1,
+            {"mode": "plan"},
+        )
+    finally:
+        await history.stop()
+        await other.close()
+        await other_nc.drain()
+
+
+async def test_opening_a_new_session_claims_it_in_the_write_that_creates_it(nc: NATS) -> None:
+    history = HistoryService(nc)
+    await history.start()
+    bus = Bus(nc, trace.get_tracer("test"))
+    ctx = RunContext(run_id="r-1", props={"tenant": "acme", "user_id": "alice"})
+    bucket = f"KV_{subjects.SESSIONS_BUCKET}"
+    try:
+        before = (await nc.jetstream().stream_info(bucket)).state.last_seq
+
+        opened = await bus.request(
+            subjects.SESSIONS_OPEN, SessionOpen(session_id="s1"), SESSION_OPENED_DECODER, ctx=ctx
+        )
+
+        after = (await nc.jetstream().stream_info(bucket)).state.last_seq
+        assert opened.created
+        assert (opened.record.owner, opened.record.active_run) == ("alice", "r-1")
+        assert opened.record.revision == after == before + 1
+    finally:
+        await history.stop()
