@@ -54,19 +54,21 @@ async def connect(url: str, name: str, *, patience: float | None = None) -> NATS
     """
     servers = [part.strip() for part in url.split(",") if part.strip()]
     log = structlog.get_logger().bind(connection=name)
-    connected = False
 
     # nats-py prints every connection error with a traceback by default; these go to the
     # structured log instead, one line each, so a NATS restart reads as three events.
     async def on_error(exc: Exception) -> None:
-        if connected or patience is None:
+        if patience is None:
             log.warning("nats_error", error=repr(exc))
 
+    # A command (patience set) stays quiet: its output may be what a script parses.
     async def on_disconnected() -> None:
-        log.warning("nats_disconnected")
+        if patience is None:
+            log.warning("nats_disconnected")
 
     async def on_reconnected() -> None:
-        log.info("nats_reconnected")
+        if patience is None:
+            log.info("nats_reconnected")
 
     connecting = nats.connect(
         servers,
@@ -85,7 +87,6 @@ async def connect(url: str, name: str, *, patience: float | None = None) -> NATS
             f"no NATS server answered at {url} within {patience:g} s "
             "(start one with `runbus up`, or set RUNBUS_NATS_URL)"
         ) from None
-    connected = True
     return nc
 
 

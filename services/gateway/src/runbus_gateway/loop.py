@@ -504,6 +504,10 @@ async def _loop(turn: Turn) -> Usage:
             if not calls:
                 progress.finished = True
                 break
+        # The calls are saved before any runs: a run resumed after a lost checkpoint would
+        # ask the model again, get new call ids (the executor's idempotency keys) and repeat
+        # side effects. One history round trip per tool step buys exactly-once tools.
+        await turn.checkpoint.flush()
         for call in calls:
             await ports.emit(
                 ctx, RunToolCall(run_id=ctx.run_id, call=call), event_id=f"call-{call.call_id}"
