@@ -58,6 +58,10 @@ fmt: setup ## Format the code and apply ruff's safe fixes
 bench: setup ## Run the benchmarks
 	$(UV_RUN) --group bench python bench/run.py
 
+.PHONY: bench-quick
+bench-quick: setup ## A 1-2 minute smoke run of the benchmarks (smaller sizes, no 100k memory)
+	$(UV_RUN) --group bench python bench/run.py --quick
+
 .PHONY: up
 up: ## Build the image and start the full stack with docker compose
 	$(COMPOSE) up -d --build

@@ -233,7 +233,7 @@ class PacedModel:
         )
 
 
-async def bench_first_delta(url: str, n: int) -> None:
+async def bench_first_delta(url: str, n: int) -> dict[str, dict[str, float]]:
     gap = 0.002
     print(
         f"\n[streaming] time to the first text delta; the provider writes a word "
@@ -290,15 +290,19 @@ async def bench_first_delta(url: str, n: int) -> None:
     await service.stop()
     await server_nc.drain()
     await client_nc.drain()
+    return {
+        "direct": {"p50_us": d[0], "p99_us": d[1], "n": n},
+        "bus": {"p50_us": b[0], "p99_us": b[1], "n": n},
+    }
 
 
-async def run_benchmark(n: int = 3000) -> None:
+async def run_benchmark(n: int = 3000) -> dict[str, dict[str, dict[str, float]]]:
     configure_logging("warning")
     with tempfile.TemporaryDirectory() as tmp, EmbeddedNats(Path(tmp) / "js") as server:
         print(f"runbus model router bench — nats-server {server.url}, tracing on (no exporter)")
         await bench_in_process(n)
         await bench_over_the_bus(server.url, n)
-        await bench_first_delta(server.url, n // 10)
+        return {"streaming": await bench_first_delta(server.url, n // 10)}
 
 
 if __name__ == "__main__":

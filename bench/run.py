@@ -1,23 +1,36 @@
-"""runbus benchmarks (`make bench`). Every ratio is against a baseline measured in the same run,
-because the machine is shared and noisy.
+"""runbus benchmarks (`make bench`; `--quick` for a 1-2 minute smoke). Every comparison is
+measured in this one process run, against a baseline of the same run, because the machine is
+shared and noisy; bench/report.py writes results.json, results.md and the plots.
 
-1. hop: raw nats-py request/reply vs the same round trip through runbus's `Bus.request` and
-   `Service` base (msgspec body, run headers, trace context, spans on).
-2. run: one whole run of a scripted agent making 4 model calls and 3 tool calls — p50/p99
-   latency, the bus hops it made, and runs/s with 64 runs in flight.
+1. floor: raw nats-py request/reply and JetStream publish on the same server.
+2. hop: the same round trip through runbus's `Bus.request` and `Service` base (msgspec body,
+   run headers, trace context, spans on).
+3. whole run: a scripted agent making 4 model calls and 3 tool calls, the services in one
+   process (hops per run) and as separate processes (latency, CPU of every process), next to
+   the same agent in process on Microsoft Agent Framework (bench/maf.py).
+4. throughput at 1/8/64 clients x 1/2 gateways; tool_executor scaling (bench/tools.py).
+5. streaming first delta (bench/model_router.py); resume of a run whose gateway was killed.
+6. the per-service sections: history, compaction, model_router, tools, memory.
 """
 
 import argparse
 import asyncio
+import collections
+import contextlib
+import gc
 import importlib
+import io
 import os
+import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, TextIO
 
-import msgspec
 import nats
 import uvloop
 from nats.aio.msg import Msg
@@ -29,19 +42,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.stack import start_stack
 
+from bench import maf, report, resume, whole_run
+from bench.processes import REPO, process_stack
 from bench.timing import pct, timed
+from runbus import subjects
 from runbus.bus import Bus
 from runbus.client import RunbusClient
 from runbus.embedded import EmbeddedNats
 from runbus.headers import RunContext
 from runbus.logs import configure_logging
-from runbus.messages import ChatMessage, CompactRequest, TextContent, encode
+from runbus.messages import ChatMessage, CompactRequest, CompactResult, TextContent, encode
 from runbus.messages.compaction import COMPACT_RESULT_DECODER
 from runbus.service import Endpoint, Service
-from runbus.settings import load_settings
-from runbus.supervisor import ProcessStack
 from runbus.telemetry import create_tracer_provider
 from runbus_gateway.agents import AgentSpec, MemoryPolicy, load_agents
+from runbus_gateway.service import ACK_WAIT
 from runbus_model_router.scripted import ScriptedCall, ScriptedReply
 
 SCRIPT = [
@@ -85,7 +100,6 @@ class EchoService(Service):
     name = "bench_echo"
 
     def endpoints(self) -> list[Endpoint]:
-        from runbus.messages import CompactResult
         from runbus.messages.compaction import COMPACT_REQUEST_DECODER
 
         async def echo(ctx: RunContext, request: CompactRequest) -> CompactResult:
@@ -96,14 +110,13 @@ class EchoService(Service):
         return [Endpoint("echo", "bench.echo.runbus", COMPACT_REQUEST_DECODER, echo)]
 
 
-async def bench_hop(url: str, n: int) -> None:
+async def bench_hop(url: str, n: int) -> dict[str, dict[str, float]]:
+    """The physical floor (raw request/reply, JetStream publish) and one runbus hop."""
     print(f"\n[hop] one request/reply, 20-message prompt body ({len(encode(prompt()))} bytes)")
     server_nc, client_nc = await nats.connect(url), await nats.connect(url)
     body = encode(prompt())
     reply_body = encode(
-        __import__("runbus.messages", fromlist=["CompactResult"]).CompactResult(
-            messages=prompt().messages, groups=[], total_tokens=0, compacted=False
-        )
+        CompactResult(messages=prompt().messages, groups=[], total_tokens=0, compacted=False)
     )
 
     async def raw_handler(msg: Msg) -> None:
@@ -121,43 +134,74 @@ async def bench_hop(url: str, n: int) -> None:
         deadline=time.time() + 3600,
     )
     request = prompt()
+    js = client_nc.jetstream()
+    await js.add_stream(name="BENCH_FLOOR", subjects=["bench.floor.>"], max_msgs=10_000)
+    event = encode(prompt(1))  # about the size of a run event
 
     async def raw() -> None:
         await client_nc.request("bench.echo.raw", body, timeout=5)
 
+    async def js_publish() -> None:
+        await js.publish("bench.floor.events", event)
+
     async def through_runbus() -> None:
         await bus.request("bench.echo.runbus", request, COMPACT_RESULT_DECODER, ctx=ctx)
 
-    await timed(300, raw)
-    await timed(300, through_runbus)
-    raw_s, runbus_s = [], []
+    calls = {"raw": raw, "js": js_publish, "runbus": through_runbus}
+    for call in calls.values():
+        await timed(300, call)
+    samples: dict[str, list[float]] = {name: [] for name in calls}
     for _ in range(5):  # interleave to share the machine's noise fairly
-        raw_s += await timed(n // 5, raw)
-        runbus_s += await timed(n // 5, through_runbus)
-    raw_p50, raw_p99 = summary("raw nats-py request/reply", raw_s)
-    rb_p50, rb_p99 = summary("runbus Bus.request + Service", runbus_s)
-    print(f"  ratio runbus/raw: p50 {rb_p50 / raw_p50:.2f}x   p99 {rb_p99 / raw_p99:.2f}x")
+        for name, call in calls.items():
+            samples[name] += await timed(n // 5, call)
+    raw_p = summary("raw nats-py request/reply (floor)", samples["raw"])
+    js_p = summary(f"raw JetStream publish, {len(event)} B (floor)", samples["js"])
+    rb_p = summary("runbus Bus.request + Service", samples["runbus"])
+    print(f"  ratio runbus/raw: p50 {rb_p[0] / raw_p[0]:.2f}x   p99 {rb_p[1] / raw_p[1]:.2f}x")
     await service.stop()
     await server_nc.drain()
     await client_nc.drain()
+    return {
+        "request_reply": point(raw_p, n),
+        "js_publish": point(js_p, n),
+        "runbus": point(rb_p, n),
+    }
+
+
+def point(p50_p99: tuple[float, float], n: int) -> dict[str, float]:
+    return {"p50_ms": p50_p99[0], "p99_ms": p50_p99[1], "n": n}
 
 
 class HopCounter(SpanProcessor):
-    """Counts request/reply hops (client spans) and run-queue/event publishes per trace."""
+    """Counts, per trace, the request/reply hops (the bus's `send …` client spans) and the
+    publishes (producer spans: run events)."""
 
     def __init__(self) -> None:
-        self.clients: dict[int, int] = {}
+        self.hops: dict[int, int] = {}
+        self.publishes: dict[int, int] = {}
+        self.names: collections.Counter[str] = collections.Counter()
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         pass
 
     def on_end(self, span: ReadableSpan) -> None:
-        if span.kind is SpanKind.CLIENT and span.context is not None:
-            tid = span.context.trace_id
-            self.clients[tid] = self.clients.get(tid, 0) + 1
+        if span.context is None:
+            return
+        tid = span.context.trace_id
+        self.names[f"{span.kind.name} {span.name}"] += 1
+        if span.kind is SpanKind.CLIENT and span.name.startswith("send "):
+            self.hops[tid] = self.hops.get(tid, 0) + 1
+        elif span.kind is SpanKind.PRODUCER:
+            self.publishes[tid] = self.publishes.get(tid, 0) + 1
+
+    def clear(self) -> None:
+        self.hops.clear()
+        self.publishes.clear()
+        self.names.clear()
 
 
-async def bench_run(url: str, n: int, in_flight: int, data_dir: Path) -> None:
+async def bench_run(url: str, n: int, in_flight: int, data_dir: Path) -> dict[str, Any]:
+    """The whole run with the six services in this process: latency, hops, CPU, runs/s."""
     print("\n[run] scripted agent: 4 model calls + 3 tool calls, services in one process")
     travel = load_agents()["travel"]
     agent = AgentSpec(
@@ -186,91 +230,23 @@ async def bench_run(url: str, n: int, in_flight: int, data_dir: Path) -> None:
             assert "confirmation" in done.text, done.text
 
         await timed(30, one)
-        counter.clients.clear()
+        await asyncio.sleep(0.2)  # the last run's root span ends after its ack
+        counter.clear()
+        js = nc.jetstream()
+        events = (await js.stream_info(subjects.EVENTS_STREAM)).state.messages
+        cpu = time.process_time()
         samples = await timed(n, one)
-        summary("whole run, sequential", samples)
-        hops = sorted(counter.clients.values())
+        cpu_ms = (time.process_time() - cpu) * 1000 / n
+        p50_p99 = summary("whole run, sequential", samples)
+        events = ((await js.stream_info(subjects.EVENTS_STREAM)).state.messages - events) / n
+        await asyncio.sleep(0.2)
+        hops = statistics.median_low(counter.hops.values())
+        publishes = statistics.median_low(counter.publishes.values())
+        spans = {name: count / n for name, count in sorted(counter.names.items())}
         print(
-            f"  bus request/reply hops per run: {hops[len(hops) // 2]} "
-            "(+1 run-queue publish, + event publishes)"
+            f"  per run: {hops} bus request/reply hops, {events:g} run events (JetStream), "
+            f"{publishes} other publishes, {cpu_ms:.2f} ms CPU (all services and the client)"
         )
-
-        async def burst(total: int) -> float:
-            queue = asyncio.Semaphore(in_flight)
-
-            async def guarded() -> None:
-                async with queue:
-                    await one()
-
-            start, cpu = time.perf_counter(), time.process_time()
-            await asyncio.gather(*(guarded() for _ in range(total)))
-            wall = time.perf_counter() - start
-            print(
-                f"  (burst: this process used {100 * (time.process_time() - cpu) / wall:.0f}% "
-                "of one core)"
-            )
-            return total / wall
-
-        rate = await burst(n)
-        print(f"  throughput, {in_flight} runs in flight: {rate:7.1f} runs/s")
-        await nc.drain()
-
-
-BENCH_AGENT = """
-name = "bench"
-instructions = "You are a travel assistant."
-model = "scripted/bench"
-tools = ["get_weather", "search_flights", "create_booking"]
-[memory]
-enabled = true
-store_user_statements = true
-"""
-
-BENCH_SCRIPT = """
-[[bench]]
-tool_calls = [{name = "get_weather", arguments = {city = "Sydney"}}]
-[[bench]]
-tool_calls = [{name = "search_flights", arguments = {origin = "Melbourne", destination = "Sydney", date = "2026-12-08"}}]
-[[bench]]
-tool_calls = [{name = "create_booking", arguments = {flight_id = "QF412-20261208"}}]
-[[bench]]
-text = "Booked: {last_result}"
-"""  # noqa: E501
-
-
-async def bench_processes(n: int, in_flight: int, tmp: Path) -> None:
-    """The deployment shape: six service processes (plus a second gateway) on both cores."""
-    print("\n[run] same agent, services as separate processes (2 gateways), client here")
-    (tmp / "agents").mkdir()
-    (tmp / "agents" / "bench.toml").write_text(BENCH_AGENT)
-    (tmp / "scripts.toml").write_text(BENCH_SCRIPT)
-    settings = msgspec.structs.replace(
-        load_settings(),
-        data_dir=str(tmp / "pdata"),
-        log_level="warning",
-    )
-    os.environ.update(
-        {
-            "RUNBUS_AGENTS_DIR": str(tmp / "agents"),
-            "RUNBUS_MODEL_SCRIPTS": str(tmp / "scripts.toml"),
-            "RUNBUS_LOG_LEVEL": "warning",
-        }
-    )
-    stack = ProcessStack(settings, nats_port=0, replicas={"gateway": 2}, echo=None)
-    url = await stack.start()
-    try:
-        nc = await nats.connect(url)
-        client = RunbusClient(nc, token="dev-alice")
-        count = 0
-
-        async def one() -> None:
-            nonlocal count
-            count += 1
-            done = await client.run("bench", "Book it.", session_id=f"p-{count}")
-            assert "confirmation" in done.text, done.text
-
-        await timed(30, one)
-        summary("whole run, sequential", await timed(n, one))
         limit = asyncio.Semaphore(in_flight)
 
         async def guarded() -> None:
@@ -282,35 +258,223 @@ async def bench_processes(n: int, in_flight: int, tmp: Path) -> None:
         rate = n / (time.perf_counter() - start)
         print(f"  throughput, {in_flight} runs in flight: {rate:7.1f} runs/s")
         await nc.drain()
-    finally:
-        await stack.stop()
+    return {
+        **point(p50_p99, n),
+        "hops_per_run": hops,
+        "events_per_run": events,
+        "publishes_per_run": publishes,
+        "spans_per_run": spans,
+        "cpu_ms_per_run": cpu_ms,
+        "runs_per_s": {str(in_flight): rate},
+    }
+
+
+async def bench_maf(n: int, levels: tuple[int, ...], trials: int) -> dict[str, Any]:
+    print("\n[maf] the same agent in process on Microsoft Agent Framework (the anchor)")
+    result = await maf.measure(n, levels, trials)
+    print(
+        f"  whole run, sequential                  p50 {result['p50_ms']:7.3f} ms   "
+        f"p99 {result['p99_ms']:7.3f} ms   (n={n}; 3 tool calls checked per run)"
+    )
+    print(
+        f"  CPU per run {result['cpu_ms_per_run']:.2f} ms;  runs/s by clients: "
+        + ", ".join(f"{c}: {r:.0f}" for c, r in result["runs_per_s"].items())
+    )
+    return result
+
+
+async def bench_processes(args: argparse.Namespace) -> dict[str, Any]:
+    """The deployment shape: each service its own process, gateways added and killed here."""
+    print("\n[processes] the same agent, six services as separate processes, client here")
+    results: dict[str, Any] = {}
+    async with process_stack(gateways=1) as stack:
+        clients = await whole_run.Clients.open(stack.url)
+        try:
+            run = await whole_run.sequential(stack, clients, args.run_n)
+            cpu = run["cpu_ms_per_run"]
+            print(
+                f"  whole run, sequential, 1 gateway       p50 {run['p50_ms']:7.3f} ms   "
+                f"p99 {run['p99_ms']:7.3f} ms   (n={args.run_n})\n"
+                f"  CPU per run: services {cpu['services']:.2f} ms + nats-server "
+                f"{cpu['nats_server']:.2f} ms + client {cpu['client']:.2f} ms"
+            )
+            results["runbus"] = run
+            throughput: dict[str, Any] = {}
+            for gateways in (1, 2):
+                if gateways > len(stack.gateways):
+                    await stack.add_gateway()
+                print(f"  {gateways} gateway(s):")
+                throughput[str(gateways)] = await whole_run.matrix(
+                    clients, args.levels, args.run_n // args.trials, args.trials
+                )
+            results["throughput"] = throughput
+            if not args.quick:
+                await stack.stop_gateway(stack.gateways[-1])
+                resumed = await resume.processes(stack)
+                resumed["ack_wait_s"] = ACK_WAIT
+                print(
+                    f"  resume: gateway killed mid-run → run.completed in "
+                    f"{resumed['kill_to_completed_s']:.1f} s (ack_wait {ACK_WAIT:g} s; new "
+                    f"gateway ready after {resumed['new_gateway_ready_s']:.1f} s)"
+                )
+                results["resume"] = resumed
+            args.results_dir.mkdir(parents=True, exist_ok=True)
+            profiled = await whole_run.profile(
+                stack, clients, args.run_n, args.results_dir / "gateway_profile.txt"
+            )
+            print(f"  gateway profile ({profiled['runs']} runs): {profiled['profile']}")
+            results["profile"] = profiled
+        finally:
+            await clients.close()
+    return results
+
+
+class Tee(io.TextIOBase):
+    """Prints as usual and keeps a copy, so a section's printed table lands in the report."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.copy = io.StringIO()
+
+    def write(self, text: str) -> int:
+        self.copy.write(text)
+        return self.out.write(text)
+
+    def flush(self) -> None:
+        self.out.flush()
+
+
+async def section(name: str, quick: bool) -> tuple[str, dict[str, Any]]:
+    """Run bench/<name>.py's `run_benchmark`, smaller in a quick run; its text and numbers."""
+    module = importlib.import_module(f"bench.{name}")
+    kwargs = QUICK_KWARGS.get(name, {}) if quick else {}
+    if quick and hasattr(module, "SIZES"):
+        module.SIZES = module.SIZES[:-1]  # 100k memories, 10k-message histories: full run only
+    for constant, value in QUICK_CONSTANTS.get(name, {}).items() if quick else ():
+        setattr(module, constant, value)
+    # What earlier sections left on the heap would make every gc.collect() of a timed loop
+    # (bench/compaction.py collects before each sample) slower than in the section alone.
+    gc.collect()
+    gc.freeze()
+    tee = Tee(sys.stdout)
+    with contextlib.redirect_stdout(tee):  # type: ignore[type-var]
+        numbers = await module.run_benchmark(**kwargs)
+    return tee.copy.getvalue(), numbers or {}
+
+
+RESUME_ACK_WAIT = 1.5
+"""The in-process gateway's lowered ack_wait: the processes keep the default (ACK_WAIT)."""
+SECTIONS = ("history", "compaction", "model_router", "tools", "memory")
+"""Per-service benchmarks, each a module of this folder with `run_benchmark()`."""
+QUICK_CONSTANTS: dict[str, dict[str, int]] = {"tools": {"N_OVERHEAD": 500}}
+QUICK_KWARGS: dict[str, dict[str, int]] = {
+    "history": {"repeat": 50},
+    "model_router": {"n": 500},
+    "memory": {"repeat": 100, "writes": 300},
+}
+
+
+def machine() -> dict[str, Any]:
+    model = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    return {
+        "cpus": os.cpu_count(),
+        "cpu_model": model,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+    }
+
+
+def git(*args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=REPO, capture_output=True, text=True, check=False
+    ).stdout.strip()
 
 
 async def main(args: argparse.Namespace) -> None:
     configure_logging("warning")
+    results: dict[str, Any] = {
+        "meta": {
+            "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
+            "commit": git("rev-parse", "--short", "HEAD"),
+            "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+            "machine": machine(),
+            "quick": args.quick,
+            "loop": "uvloop",
+        }
+    }
+    began = time.perf_counter()
+    starts: list[tuple[str, float]] = []
+
+    def wanted(name: str) -> bool:
+        """Whether to run section `name`; if so, its start time is noted."""
+        if args.only not in (None, name):
+            return False
+        starts.append((name, time.perf_counter()))
+        return True
+
     with tempfile.TemporaryDirectory() as tmp, EmbeddedNats(Path(tmp) / "js") as server:
         print(f"runbus bench — nats-server {server.url}, uvloop, tracing on (no exporter)")
-        if args.only in (None, "hop"):
-            await bench_hop(server.url, args.hop_n)
-        if args.only in (None, "run"):
-            await bench_run(server.url, args.run_n, args.in_flight, Path(tmp) / "data")
-    if args.only in (None, "processes"):
-        with tempfile.TemporaryDirectory() as tmp:
-            await bench_processes(args.run_n, args.in_flight, Path(tmp))
+        if wanted("hop"):
+            hop = await bench_hop(server.url, args.hop_n)
+            results["floor"] = {
+                "request_reply": hop["request_reply"],
+                "js_publish": hop["js_publish"],
+            }
+            results["hop"] = {"runbus": hop["runbus"]}
+        if wanted("run"):
+            in_process = await bench_run(server.url, args.run_n, 64, Path(tmp) / "data")
+            results.setdefault("whole_run", {})["in_process"] = in_process
+            results["whole_run"]["hops_per_run"] = in_process["hops_per_run"]
+            results["whole_run"]["events_per_run"] = in_process["events_per_run"]
+        if wanted("resume"):
+            print(f"\n[resume] gateway lost mid-run, in process, ack_wait {RESUME_ACK_WAIT:g} s")
+            lowered = await resume.in_process(RESUME_ACK_WAIT, 1 if args.quick else 5)
+            print(
+                f"  kill → run.completed: median {lowered['kill_to_completed_s']:.2f} s "
+                f"(ack_wait {RESUME_ACK_WAIT:g} s + a {lowered['tool_s']:g} s tool run again)"
+            )
+            results["resume_in_process"] = lowered
+    if wanted("maf"):
+        results["maf"] = await bench_maf(args.run_n, args.levels, args.trials)
+    if wanted("processes"):
+        processes = await bench_processes(args)
+        results.setdefault("whole_run", {})["runbus"] = processes.pop("runbus")
+        results.update(processes)
+    results["sections"] = {}
     for name in SECTIONS:
-        if args.only in (None, name):
-            module = importlib.import_module(f"bench.{name}")
-            await module.run_benchmark()
-
-
-SECTIONS = ("history", "compaction", "model_router", "tools", "memory")
-"""Per-service benchmarks, each a module of this folder with `run_benchmark()`."""
+        if wanted(name):
+            text, numbers = await section(name, args.quick)
+            results["sections"][name] = text
+            results.update(numbers)
+    ends = [t for _, t in starts[1:]] + [time.perf_counter()]
+    results["meta"]["section_s"] = {
+        name: round(end - start, 1) for (name, start), end in zip(starts, ends, strict=True)
+    }
+    results["meta"]["duration_s"] = round(time.perf_counter() - began, 1)
+    written = report.write(results, args.results_dir)
+    print(f"\nwrote {', '.join(str(p) for p in written)}")
+    for target in report.targets(results):
+        print(f"  {target.name}: {report.times(target.measured)} ({target.verdict})")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("--only", choices=["hop", "run", "processes", *SECTIONS])
-    parser.add_argument("--hop-n", type=int, default=3000)
-    parser.add_argument("--run-n", type=int, default=300)
-    parser.add_argument("--in-flight", type=int, default=64)
-    uvloop.run(main(parser.parse_args()))
+    parser.add_argument("--only", choices=["hop", "run", "resume", "maf", "processes", *SECTIONS])
+    parser.add_argument("--quick", action="store_true", help="a 1-2 minute smoke run")
+    parser.add_argument("--hop-n", type=int)
+    parser.add_argument("--run-n", type=int)
+    parser.add_argument("--results-dir", type=Path, default=report.RESULTS)
+    args = parser.parse_args()
+    args.hop_n = args.hop_n or (1000 if args.quick else 3000)
+    args.run_n = args.run_n or (60 if args.quick else 300)
+    args.levels = (1, 8, 64)
+    args.trials = 1 if args.quick else 3  # rounds per throughput point; runs/s is their median
+    uvloop.run(main(args))

@@ -200,18 +200,18 @@ async def bench_overhead(url: str) -> None:
         await connection.drain()
 
 
-async def bench_scaling(url: str) -> None:
+async def bench_scaling(url: str) -> list[dict[str, float]]:
     print(
         f"\n[scaling] 50 ms I/O tool, {IN_FLIGHT} calls in flight, "
         f"{SLOTS} concurrent calls per replica"
     )
     client = await nats.connect(url)
-    for replicas in (1, 2, 4):
-        await scaling_point(url, client, replicas)
+    points = [await scaling_point(url, client, replicas) for replicas in (1, 2, 4)]
     await client.drain()
+    return points
 
 
-async def scaling_point(url: str, client: NATS, replicas: int) -> None:
+async def scaling_point(url: str, client: NATS, replicas: int) -> dict[str, float]:
     started = [await replica(url, bench_tools, max_concurrency=SLOTS) for _ in range(replicas)]
     total = 20 * SLOTS * replicas
     gate = asyncio.Semaphore(IN_FLIGHT)
@@ -239,13 +239,21 @@ async def scaling_point(url: str, client: NATS, replicas: int) -> None:
     for nc, service in started:
         await service.stop()
         await nc.drain()
+    return {
+        "replicas": replicas,
+        "calls_per_s": total / elapsed,
+        "ideal": ideal,
+        "p50_ms": statistics.median(latencies) * 1000,
+        "p99_ms": pct(latencies, 0.99) * 1000,
+        "calls": total,
+    }
 
 
-async def run_benchmark() -> None:
+async def run_benchmark() -> dict[str, Any]:
     print("tool executor bench")
     with tempfile.TemporaryDirectory() as tmp, EmbeddedNats(Path(tmp) / "js") as server:
         await bench_overhead(server.url)
-        await bench_scaling(server.url)
+        return {"tool_scaling": await bench_scaling(server.url)}
 
 
 if __name__ == "__main__":
