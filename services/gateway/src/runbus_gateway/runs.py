@@ -2,7 +2,7 @@
 that decides what a failed delivery becomes."""
 
 from datetime import UTC, datetime
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -11,7 +11,7 @@ from nats.js.kv import KeyValue
 
 from runbus import subjects
 from runbus.jetstream import keys_matching, open_bucket
-from runbus.messages.runs import RUN_RECORD_DECODER, RunRecord
+from runbus.messages.runs import RUN_RECORD_DECODER, RunRecord, RunStatus
 
 RETRYABLE: Final = frozenset({"unavailable", "internal", "model_unavailable"})
 """Failures worth another delivery: a service or every model target was down, or something
@@ -46,6 +46,12 @@ class RunRecords:
     async def put(self, record: RunRecord) -> None:
         key = subjects.run_key(record.tenant, record.user_id, record.run_id)
         await self.kv.put(key, _ENCODER.encode(record))
+
+    async def set_status(self, record: RunRecord, status: RunStatus, **changes: Any) -> RunRecord:
+        """Store `record` with a new status (and any other `changes`), stamped now."""
+        changed = msgspec.structs.replace(record, status=status, updated_at=now(), **changes)
+        await self.put(changed)
+        return changed
 
     async def list(self, tenant: str, user_id: str) -> list[RunRecord]:
         keys = await keys_matching(self.kv, f"{tenant}.{user_id}.*")

@@ -365,32 +365,25 @@ class GatewayService(Service):
                 )
                 await asyncio.gather(
                     self.ports.settle(run_id),
-                    self.records.put(
-                        msgspec.structs.replace(
-                            record, status="completed", text=completed.text, updated_at=now()
-                        )
-                    ),
+                    self.records.set_status(record, "completed", text=completed.text),
                 )
             except Exception as exc:
                 error = as_runbus_error(exc)
+                info = error.to_info()
                 span.set_status(Status(StatusCode.ERROR, error.message))
-                span.set_attribute("error.type", error.to_info().code)
-                if error.to_info().code in RETRYABLE and attempt < MAX_ATTEMPTS:
+                span.set_attribute("error.type", info.code)
+                if info.code in RETRYABLE and attempt < MAX_ATTEMPTS:
                     self.log.warning(
                         "run_retrying",
                         run_id=run_id,
                         attempt=attempt,
-                        code=error.to_info().code,
+                        code=info.code,
                         reason=error.message,
                     )
                     heartbeat.cancel()
                     if record is not None:
                         with contextlib.suppress(Exception):
-                            await self.records.put(
-                                msgspec.structs.replace(
-                                    record, status="queued", error=error.to_info(), updated_at=now()
-                                )
-                            )
+                            await self.records.set_status(record, "queued", error=info)
                     await msg.nak(delay=retry_delay(attempt))
                     return
                 await self._fail(msg, run_id, record, error, attempt)
@@ -412,7 +405,7 @@ class GatewayService(Service):
             self._leases[record.run_id] = record.tenant
             return
         self.log.info("run_queued", run_id=record.run_id, tenant=record.tenant)
-        await self.records.put(msgspec.structs.replace(record, status="queued"))
+        await self.records.set_status(record, "queued")
         parked = not self._parked.locked()
         if parked:
             await self._parked.acquire()
@@ -542,11 +535,9 @@ class GatewayService(Service):
         if info.code in RETRYABLE or isinstance(error, DeadLettered):
             await self._dead_letter(msg, info.code, error.message)
         if record is not None:
-            status = "cancelled" if isinstance(error, RunCancelled) else "failed"
+            status: RunStatus = "cancelled" if isinstance(error, RunCancelled) else "failed"
             with contextlib.suppress(Exception):
-                await self.records.put(
-                    msgspec.structs.replace(record, status=status, error=info, updated_at=now())
-                )
+                await self.records.set_status(record, status, error=info)
         if not is_identifier(run_id):
             # Not a subject-safe id: there is no events subject a client could be reading.
             self.log.info("run_failure_not_published", reason="no usable run id")
@@ -588,7 +579,7 @@ class GatewayService(Service):
             return  # the status only changes on the first wait and the last decision
         status: RunStatus = "waiting_approval" if waiting else "running"
         with contextlib.suppress(Exception):
-            await self.records.put(msgspec.structs.replace(record, status=status, updated_at=now()))
+            await self.records.set_status(record, status)
 
     async def _on_cancel(self, msg: Msg) -> None:
         run_id = msg.subject.rsplit(".", 1)[-1]
@@ -643,8 +634,7 @@ class GatewayService(Service):
         if record.status == "queued" and record.error is not None:
             # Waiting in the stream for a retry: no replica holds it to tell. The record says
             # cancelled, and the next delivery ends there (see `_cancelled_while_queued`).
-            record = msgspec.structs.replace(record, status="cancelled", updated_at=now())
-            await self.records.put(record)
+            record = await self.records.set_status(record, "cancelled")
         elif record.status in ("running", "waiting_approval", "queued"):
             await self.nc.publish(subjects.run_cancel(request.run_id), b"")
         return RunInfo(record=record)
