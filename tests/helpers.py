@@ -1,10 +1,14 @@
-"""Test helpers that speak to runbus the way any NATS client would: raw JSON and headers."""
+"""Test helpers that speak to runbus the way any NATS client would (raw JSON and headers), and
+a few over the SDK that several test modules share."""
 
 import json
 from typing import Any
 
 import msgspec
 from nats.aio.client import Client as NATS
+
+from runbus.client import RunbusClient
+from runbus.messages import RunApprovalRequested, RunCompleted, RunFailed
 
 TERMINAL = ("run.completed", "run.failed")
 
@@ -50,3 +54,14 @@ async def publish_and_collect(
 
 def types(events: list[dict[str, Any]]) -> list[str]:
     return [e["type"] for e in events]
+
+
+async def approval_requested(
+    client: RunbusClient, run_id: str, *, timeout: float = 20
+) -> RunApprovalRequested:
+    """Follow the run until it asks for a person's approval; fail if it ends first."""
+    async for item in client.follow(run_id, timeout=timeout):
+        if isinstance(item.event, RunApprovalRequested):
+            return item.event
+        assert not isinstance(item.event, RunCompleted | RunFailed), item.event
+    raise AssertionError(f"run {run_id} asked for no approval")

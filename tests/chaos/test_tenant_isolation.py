@@ -21,7 +21,7 @@ from runbus import headers as h
 from runbus import subjects
 from runbus.client import RunbusClient
 from runbus.embedded import EmbeddedNats
-from runbus.messages import ModelRequest, RunApprovalRequested, RunCompleted, RunFailed
+from runbus.messages import ModelRequest, RunCompleted
 from runbus.messages.errors import ERROR_DECODER
 from runbus.messages.history import HISTORY_LOADED_DECODER, HistoryLoad
 from runbus.messages.memory import MEMORY_LISTED_DECODER, MemoryList
@@ -41,7 +41,7 @@ from runbus.messages.sessions import (
 from runbus_gateway.agents import load_agents
 from runbus_model_router.service import default_routes
 from tests.chaos.conftest import ChaosReport
-from tests.helpers import publish_and_collect, raw_request
+from tests.helpers import approval_requested, publish_and_collect, raw_request
 from tests.models import GatedModel, call, text
 from tests.stack import Stack, start_stack
 
@@ -117,11 +117,7 @@ async def _alice_owns_things(alice: RunbusClient) -> Alice:
         SESSION_INFO_DECODER,
     )
     run_id = await alice.start("booker", "Book QF412 in business", session_id="s-alice-2")
-    async for item in alice.follow(run_id, timeout=30):
-        if isinstance(item.event, RunApprovalRequested):
-            approval = (run_id, item.event.call_id)
-            break
-        assert not isinstance(item.event, RunCompleted | RunFailed), item.event
+    approval = (run_id, (await approval_requested(alice, run_id, timeout=30)).call_id)
     memories: list[str] = []
     for _ in range(100):  # the memory write is queued at the end of the run
         listed = await alice.call("memory.list", MemoryList(), MEMORY_LISTED_DECODER)

@@ -15,7 +15,6 @@ from runbus.errors import RemoteError
 from runbus.messages import (
     HistoryLoad,
     ModelRequest,
-    RunApprovalRequested,
     RunCompleted,
     RunFailed,
 )
@@ -23,6 +22,7 @@ from runbus.messages.history import HISTORY_LOADED_DECODER
 from runbus.messages.runs import APPROVAL_DECIDED_DECODER, ApprovalDecide
 from runbus_gateway.agents import load_agents
 from runbus_tool_executor.travel import ledger
+from tests.helpers import approval_requested
 from tests.models import GatedModel, call, text
 from tests.stack import start_stack
 
@@ -47,14 +47,6 @@ async def alice(nats_server: EmbeddedNats) -> AsyncIterator[RunbusClient]:
     await nc.drain()
 
 
-async def _events_until_approval(client: RunbusClient, run_id: str) -> RunApprovalRequested:
-    async for item in client.follow(run_id, timeout=20):
-        if isinstance(item.event, RunApprovalRequested):
-            return item.event
-        assert not isinstance(item.event, RunCompleted | RunFailed), item.event
-    raise AssertionError("no approval request")
-
-
 async def _final(client: RunbusClient, run_id: str) -> RunCompleted | RunFailed:
     async for item in client.follow(run_id, timeout=20):
         if isinstance(item.event, RunCompleted | RunFailed):
@@ -74,7 +66,7 @@ async def test_approval_pauses_the_run_across_a_restart_of_every_service_and_boo
         gateway_options=GATEWAY,
     ):
         run_id = await alice.start("travel", "Book QF412 in business", session_id="appr")
-        asked = await _events_until_approval(alice, run_id)
+        asked = await approval_requested(alice, run_id)
     # Every service is gone; the run request was never acked, the approval is pending in KV.
     assert ledger.count(run_id) == 0
     async with start_stack(
@@ -118,7 +110,7 @@ async def test_a_denied_call_is_a_result_the_model_reads_and_nothing_is_booked(
         gateway_options=GATEWAY,
     ):
         run_id = await alice.start("travel", "Book QF412 in business", session_id="deny")
-        asked = await _events_until_approval(alice, run_id)
+        asked = await approval_requested(alice, run_id)
         with pytest.raises(RemoteError) as foreign:
             await bob_client.call(
                 "approvals.decide",

@@ -13,7 +13,7 @@ import pytest
 from runbus.client import RunbusClient
 from runbus.embedded import EmbeddedNats
 from runbus.errors import RemoteError
-from runbus.messages import ModelRequest, RunApprovalRequested, RunCompleted, RunFailed
+from runbus.messages import ModelRequest, RunCompleted, RunFailed
 from runbus.messages.runs import (
     APPROVAL_DECIDED_DECODER,
     RUN_INFO_DECODER,
@@ -28,6 +28,7 @@ from runbus_gateway.agents import load_agents
 from runbus_gateway.auth import TokenVerifier
 from runbus_gateway.service import GatewayService
 from runbus_gateway.tenants import TenantLimits
+from tests.helpers import approval_requested
 from tests.models import GatedModel, call, text
 from tests.stack import start_stack
 
@@ -114,9 +115,7 @@ async def test_a_run_waiting_for_a_person_can_be_cancelled(
         nats_server.url, data_dir=tmp_path, agents=AGENTS, routes={"gated": model}
     ):
         run_id = await alice.start("travel", "Book QF412 in business", session_id="wait")
-        async for item in alice.follow(run_id, timeout=20):
-            if isinstance(item.event, RunApprovalRequested):
-                break
+        await approval_requested(alice, run_id)
         async with asyncio.timeout(5):
             while await _status(alice, run_id) != "waiting_approval":  # noqa: ASYNC110
                 await asyncio.sleep(0.05)
@@ -144,12 +143,7 @@ async def test_a_run_waiting_for_a_person_says_so_until_the_decision(
         nats_server.url, data_dir=tmp_path, agents=AGENTS, routes={"gated": model}
     ):
         run_id = await alice.start("travel", "Book QF412 in business", session_id="wait")
-        asked = None
-        async for item in alice.follow(run_id, timeout=20):
-            if isinstance(item.event, RunApprovalRequested):
-                asked = item.event
-                break
-        assert asked is not None
+        asked = await approval_requested(alice, run_id)
         seen: list[RunStatus] = []
         async with asyncio.timeout(5):
             while not seen or seen[-1] != "waiting_approval":
