@@ -34,7 +34,7 @@ def user(text: str) -> ChatMessage:
 
 
 def remembered(text: str) -> ChatMessage:
-    return ChatMessage(role="system", contents=[TextContent(text=text)], source="context_provider")
+    return ChatMessage(role="user", contents=[TextContent(text=text)], source="context_provider")
 
 
 async def ask(
@@ -115,7 +115,7 @@ async def test_after_the_search_the_cheapest_flight_is_booked() -> None:
 
 async def test_a_remembered_window_seat_preference_is_used_when_booking() -> None:
     prompt = [
-        remembered("What you remember about this user:\n- I always want a window seat"),
+        remembered("Recalled memories:\n<memory>I always want a window seat</memory>"),
         user("Book me a flight from Melbourne to Sydney next Tuesday"),
     ]
     prompt = await run_tools(prompt, await ask(prompt))

@@ -36,7 +36,8 @@ class MemoryPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     min_score: Annotated[float, msgspec.Meta(ge=-1, le=1)] | None = None
     """Leave out hits scoring below this (keep it off or low with the default embedder)."""
     store_user_statements: bool = False
-    """Store the user's statements (not questions) at the end of the run."""
+    """At the end of each run, store what the user stated about themselves (facts, preferences,
+    constraints; never requests, questions or instructions: `recall.memorable_statements`)."""
 
     @property
     def searches_before_invoke(self) -> bool:

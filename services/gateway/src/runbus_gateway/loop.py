@@ -51,6 +51,7 @@ from .harness.guardrails import Refusal
 from .harness.programs import ProgramRun, run_program
 from .harness.runtime import Harness, with_context
 from .harness.state import SessionState, StatePort
+from .recall import memorable_statements, recall_message
 
 log = structlog.get_logger()
 
@@ -143,26 +144,6 @@ def message_id(run_id: str, part: str) -> str:
     """Id of a message a run makes: `<run_id>:<part>`. The colon cannot occur in a run id, so
     a run's own messages are found in history by prefix without matching another run's."""
     return f"{run_id}:{part}"
-
-
-def memory_message(hits: list[MemoryHit]) -> ChatMessage | None:
-    """Recalled memories as one system message, stamped `context_provider` (never stored)."""
-    if not hits:
-        return None
-    lines = "\n".join(f"- {hit.text}" for hit in hits)
-    return ChatMessage(
-        role="system",
-        contents=[TextContent(text=f"What you remember about this user:\n{lines}")],
-        message_id="memory",
-        source="context_provider",
-    )
-
-
-def user_statements(inputs: list[ChatMessage]) -> list[str]:
-    """What the user stated (not asked) in this run: the default memory policy stores these,
-    never the assistant's claims."""
-    texts = (m.text.strip() for m in inputs if m.role == "user")
-    return [t for t in texts if t and not t.endswith("?")]
 
 
 def refuse_unlisted(call: FunctionCallContent, agent: AgentSpec) -> FunctionResultContent | None:
@@ -309,7 +290,7 @@ async def execute_run(
         message_id="instructions",
         source="context_provider",
     )
-    recalled = memory_message(hits)
+    recalled = recall_message(hits)
     resumed_inputs = [m for m in mine if m.role == "user" and ":in" in m.message_id]
     notice = harness.mode_notice(state.bag)
     prompt = [
@@ -338,7 +319,7 @@ async def execute_run(
             await checkpoint.close(history_length=len(prompt))
         raise
 
-    statements = user_statements(inputs) if agent.memory.store_user_statements else []
+    statements = memorable_statements(inputs) if agent.memory.store_user_statements else []
     history_length = len(earlier) + len(resumed_inputs or inputs) + len(progress.response)
     await asyncio.gather(
         checkpoint.close(history_length=history_length),

@@ -104,11 +104,7 @@ class OfflineModel:
         user, turn = since_last_user(request.messages)
         text = user.text if user else ""
         step = sum(1 for m in turn if m.role == "assistant")
-        remembered = " ".join(
-            m.text
-            for m in request.messages
-            if m.source == "context_provider" and m.role == "system"
-        )
+        remembered = " ".join(m.text for m in request.messages if m.source == "context_provider")
         calls = self._next_calls(text, turn, {t.name for t in request.tools}, remembered)
         if calls:
             message = assistant(list(calls), step=step)
