@@ -1,8 +1,12 @@
 """Test helpers that speak to runbus the way any NATS client would (raw JSON and headers), and
 a few over the SDK that several test modules share."""
 
+import asyncio
+import inspect
 import json
-from typing import Any
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar, overload
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -11,10 +15,65 @@ from runbus.client import RunbusClient
 from runbus.messages import RunApprovalRequested, RunCompleted, RunFailed
 
 TERMINAL = ("run.completed", "run.failed")
+POLL: float = 0.01
+"""Seconds between two looks of `eventually` at a fact no event announces."""
+
+T = TypeVar("T")
+
+
+@overload
+async def eventually(
+    condition: Callable[[], Awaitable[T]],
+    timeout: float = ...,
+    *,
+    retrying: tuple[type[BaseException], ...] = ...,
+    what: str = ...,
+) -> T: ...
+
+
+@overload
+async def eventually(
+    condition: Callable[[], T],
+    timeout: float = ...,
+    *,
+    retrying: tuple[type[BaseException], ...] = ...,
+    what: str = ...,
+) -> T: ...
+
+
+async def eventually(
+    condition: Callable[[], Awaitable[T] | T],
+    timeout: float = 10.0,
+    *,
+    retrying: tuple[type[BaseException], ...] = (),
+    what: str = "",
+) -> T:
+    """Wait until `condition()` (sync or async) returns something truthy and return it.
+
+    For facts that no event announces (a KV entry, a counter, a log line, a consumer's
+    state): the one place tests poll. An exception in `retrying` counts as "not yet". After
+    `timeout` seconds it fails with the condition's last value.
+    """
+    deadline = time.monotonic() + timeout
+    last: object = None
+    while True:
+        try:
+            value = condition()
+            result = await value if inspect.isawaitable(value) else value
+        except retrying as error:
+            last = error
+        else:
+            if result:
+                return result
+            last = result
+        if time.monotonic() > deadline:
+            name = what or getattr(condition, "__qualname__", repr(condition))
+            raise AssertionError(f"{name} not true within {timeout}s; last: {last!r}")
+        await asyncio.sleep(POLL)
 
 
 def raw_request(run_id: str, text: str, *, agent: str = "travel", session_id: str = "s1") -> bytes:
-    """The run request of DESIGN §5, as plain JSON."""
+    """A run request (`run.request`) as plain JSON, the way any NATS client can send one."""
     return json.dumps(
         {
             "type": "run.request",

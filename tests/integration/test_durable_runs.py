@@ -19,6 +19,7 @@ from runbus_gateway.agents import load_agents
 from runbus_gateway.auth import TokenVerifier
 from runbus_gateway.service import GatewayService
 from runbus_tool_executor.service import ToolExecutorService
+from tests.helpers import eventually
 from tests.models import GatedModel, text, turn_step, weather_then_answer
 from tests.stack import Stack, start_stack
 
@@ -147,13 +148,19 @@ async def test_a_replica_never_runs_more_than_its_limit(
         gateway_options={"run_concurrency": 8},
     ):
         run_ids = [await alice.start("travel", "Hi", session_id=f"c{n}") for n in range(30)]
-        await asyncio.sleep(1.0)
+        await eventually(lambda: model.in_flight == 8)
+        # The replica pulls one run per free slot: with all eight held it has taken exactly
+        # eight requests off the queue, and a leaking limit would already have pulled more.
+        queue = await alice.nc.jetstream().consumer_info(
+            subjects.RUNS_STREAM, subjects.RUNS_CONSUMER
+        )
         held = model.in_flight
         model.release.set()
         finals = [[i.event async for i in alice.follow(r, timeout=20)][-1] for r in run_ids]
         listed = await alice.call("runs.list", RunList(limit=100), RUN_LISTED_DECODER)
 
     assert held == 8
+    assert (queue.num_ack_pending, queue.num_pending) == (8, 22)
     assert model.max_in_flight == 8
     assert all(isinstance(f, RunCompleted) for f in finals)
     assert {r.run_id for r in listed.records} == set(run_ids)

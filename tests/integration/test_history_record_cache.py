@@ -1,8 +1,7 @@
 """History replicas cache session records so appends skip the record read; a write on any
 replica (a delete above all) reaches every replica's cache through the bucket watcher."""
 
-import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import msgspec
@@ -19,8 +18,10 @@ from runbus.headers import RunContext
 from runbus.messages import ChatMessage, HistoryAppend
 from runbus.messages.history import HISTORY_APPENDED_DECODER
 from runbus.messages.sessions import SESSION_OPENED_DECODER, SessionOpen, SessionRecord
+from runbus_history.cache import RecordCache
 from runbus_history.records import SessionRecords
 from runbus_history.service import HistoryService
+from tests.helpers import eventually
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 
@@ -59,15 +60,22 @@ def count_gets(kv: KeyValue) -> list[str]:
     return calls
 
 
+def count_heard(cache: RecordCache) -> list[int]:
+    """Stream sequences of the writes the cache's watcher reports, as they arrive."""
+    heard: list[int] = []
+    written = cache.written
+
+    def counting_written(key: str, sequence: int) -> None:
+        heard.append(sequence)
+        written(key, sequence)
+
+    cache.written = counting_written  # type: ignore[method-assign]
+    return heard
+
+
 async def owner(records: SessionRecords, session_id: str = "s1") -> str | None:
     recent = await records.recent("acme", session_id)
     return recent.owner if recent is not None else None
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], seconds: float = 5.0) -> None:
-    async with asyncio.timeout(seconds):
-        while not await check():  # noqa: ASYNC110 - the watcher is in another connection
-            await asyncio.sleep(0.01)
 
 
 async def test_a_session_deleted_and_recreated_elsewhere_changes_owner_on_every_replica(
@@ -106,10 +114,11 @@ async def test_appends_after_a_replicas_own_writes_read_no_record(
 ) -> None:
     view, other = replicas
     gets = count_gets(view.kv)
+    heard = count_heard(view.cache)
     created = await view.create(record("alice"))
     assert created is not None
     claimed = await view.update(msgspec.structs.replace(created, active_run="r-1"))
-    await asyncio.sleep(0.2)  # the watcher hears both writes; they are the cached revision
+    await eventually(lambda: claimed.revision in heard)  # the cached revision, heard of
 
     owners = [await owner(view) for _ in range(5)]
 

@@ -2,7 +2,6 @@
 (held across gateway replicas, without blocking other tenants), `waiting_approval` while a
 person decides, and the final status after."""
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from runbus_gateway.agents import load_agents
 from runbus_gateway.auth import TokenVerifier
 from runbus_gateway.service import GatewayService
 from runbus_gateway.tenants import TenantLimits
-from tests.helpers import approval_requested
+from tests.helpers import approval_requested, eventually
 from tests.models import GatedModel, call, text
 from tests.stack import start_stack
 
@@ -79,10 +78,14 @@ async def test_a_tenant_runs_no_more_than_its_limit_across_replicas_and_others_g
         )
         acme = [await alice.start("travel", "Hi", session_id=f"a{n}") for n in range(6)]
         globex = [await carol.start("travel", "Hi", session_id=f"g{n}") for n in range(2)]
-        async with asyncio.timeout(10):
-            while model.in_flight < 4:  # noqa: ASYNC110
-                await asyncio.sleep(0.05)
-        await asyncio.sleep(0.8)  # time for a third acme run to start, if the limit leaked
+
+        async def every_run_admitted_or_refused() -> bool:
+            """Each run is either at the model or was refused a tenant slot (`queued`): the
+            limit was applied to all eight, whether it held or leaked."""
+            statuses = [*(await _statuses(alice)).values(), *(await _statuses(carol)).values()]
+            return len(statuses) == 8 and model.in_flight + statuses.count("queued") == 8
+
+        await eventually(every_run_admitted_or_refused)
         held = model.in_flight
         acme_held = await _statuses(alice)
         globex_held = await _statuses(carol)
@@ -116,9 +119,7 @@ async def test_a_run_waiting_for_a_person_can_be_cancelled(
     ):
         run_id = await alice.start("travel", "Book QF412 in business", session_id="wait")
         await approval_requested(alice, run_id)
-        async with asyncio.timeout(5):
-            while await _status(alice, run_id) != "waiting_approval":  # noqa: ASYNC110
-                await asyncio.sleep(0.05)
+        await eventually(lambda: _is(alice, run_id, "waiting_approval"))
         await alice.call("runs.cancel", RunCancel(run_id=run_id), RUN_INFO_DECODER)
         final = [i.event async for i in alice.follow(run_id, timeout=5)][-1]
         after = await _status(alice, run_id)
@@ -145,10 +146,12 @@ async def test_a_run_waiting_for_a_person_says_so_until_the_decision(
         run_id = await alice.start("travel", "Book QF412 in business", session_id="wait")
         asked = await approval_requested(alice, run_id)
         seen: list[RunStatus] = []
-        async with asyncio.timeout(5):
-            while not seen or seen[-1] != "waiting_approval":
-                seen.append(await _status(alice, run_id))
-                await asyncio.sleep(0.05)
+
+        async def waiting_seen() -> bool:
+            seen.append(await _status(alice, run_id))
+            return seen[-1] == "waiting_approval"
+
+        await eventually(waiting_seen)
         await alice.call(
             "approvals.decide",
             ApprovalDecide(run_id=run_id, call_id=asked.call_id, decision="approved"),
@@ -175,9 +178,7 @@ async def test_a_run_queued_for_a_retry_can_be_cancelled_before_its_next_attempt
         nats_server.url, data_dir=tmp_path, agents=AGENTS, routes={"gated": model}
     ):
         run_id = await alice.start("travel", "Hi", session_id="retry")
-        async with asyncio.timeout(10):
-            while await _status_or_none(alice, run_id) != "queued":  # noqa: ASYNC110
-                await asyncio.sleep(0.02)
+        await eventually(lambda: _is(alice, run_id, "queued"), retrying=(RemoteError,))
         info = await alice.call("runs.cancel", RunCancel(run_id=run_id), RUN_INFO_DECODER)
         calls = len(model.requests)
         final = [i.event async for i in alice.follow(run_id, timeout=10)][-1]
@@ -190,8 +191,5 @@ async def test_a_run_queued_for_a_retry_can_be_cancelled_before_its_next_attempt
     assert len(model.requests) == calls  # no attempt after the cancel
 
 
-async def _status_or_none(client: RunbusClient, run_id: str) -> RunStatus | None:
-    try:
-        return await _status(client, run_id)
-    except RemoteError:
-        return None
+async def _is(client: RunbusClient, run_id: str, status: RunStatus) -> bool:
+    return await _status(client, run_id) == status
