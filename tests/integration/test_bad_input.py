@@ -6,7 +6,7 @@ import pytest
 from nats.aio.client import Client as NATS
 
 from runbus import subjects
-from tests.helpers import publish_and_collect, raw_request, types
+from tests.helpers import eventually, publish_and_collect, raw_request, types
 from tests.stack import Stack
 
 VALID = json.loads(raw_request("r-x", "Weather in Sydney?"))
@@ -40,6 +40,20 @@ def _body(**changes: object) -> bytes:
             "token",
         ),
         ("r-no-token", _body(run_id="r-no-token"), {"token": None}, "unauthenticated", "rb-auth"),
+        (
+            "r-not-utf8",
+            _body(run_id="r-not-utf8").replace(b"Weather", b"\xff\xfeWeather"),
+            {},
+            "bad_request",
+            "UTF-8",
+        ),
+        (
+            "r-msg-id",
+            _body(run_id="r-other-id"),
+            {},
+            "bad_request",
+            "Nats-Msg-Id",
+        ),
     ],
 )
 async def test_bad_run_request_fails_with_a_typed_error_and_the_next_run_succeeds(
@@ -60,6 +74,14 @@ async def test_bad_run_request_fails_with_a_typed_error_and_the_next_run_succeed
 
     after = await publish_and_collect(nc, f"{run_id}-ok", raw_request(f"{run_id}-ok", "Weather?"))
     assert types(after)[-1] == "run.completed"
+    # Final at the first attempt: nothing waits for a retry or went to the dead letters.
+    js = nc.jetstream()
+
+    async def queue_empty() -> bool:
+        return (await js.stream_info(subjects.RUNS_STREAM)).state.messages == 0
+
+    await eventually(queue_empty)
+    assert (await js.stream_info(subjects.DEAD_STREAM)).state.messages == 0
 
 
 @pytest.mark.parametrize(

@@ -256,7 +256,7 @@ async def test_a_cancelled_run_stops_its_stream_and_gets_a_typed_error(
         )
         await asyncio.wait_for(provider.first_chunk_sent.wait(), 10)
 
-        await nc.publish(subjects.run_cancel("r-cancel"), b"")
+        await nc.publish(subjects.run_cancel("acme", "alice", "r-cancel"), b"")
         error = await pending
         await asyncio.wait_for(provider.client_left.wait(), 10)
         again = await refusal(nc, ask("and again?"), run)

@@ -334,7 +334,7 @@ async def test_a_cancel_published_for_the_run_stops_its_pending_calls(
     pending = asyncio.ensure_future(invoke(nc, "work", {"ms": 5000}))
     await asyncio.sleep(0.2)
 
-    await nc.publish(subjects.run_cancel(ALICE.run_id), b"")
+    await nc.publish(subjects.run_cancel("acme", "alice", ALICE.run_id), b"")
     reply = await pending
 
     assert time.monotonic() - started < 3
@@ -403,7 +403,7 @@ async def _until_recorded(nc: NATS, run_id: str, call_id: str) -> None:
     kv = await nc.jetstream().key_value(subjects.TOOL_CALLS_BUCKET)
     deadline = time.monotonic() + 5
     while True:
-        entry = await kv.get(call_key(run_id, call_id))
+        entry = await kv.get(call_key("acme", "alice", run_id, call_id))
         if entry.value and msgspec.json.decode(entry.value)["state"] == "done":
             assert CALL_RECORD_DECODER.decode(entry.value).result is not None
             return

@@ -360,7 +360,7 @@ async def test_a_call_found_started_by_an_executor_that_died_is_not_run_blindly(
     store = MemoryCallStore()
     long_ago = time.time() - 3600
     await store.claim(
-        call_key("r-1", "call-1"),
+        call_key("acme", "alice", "r-1", "call-1"),
         CallRecord(
             state="started", tool="pay", started_at=long_ago, lease_until=long_ago + 1, replica="x"
         ),
@@ -378,7 +378,7 @@ async def test_an_idempotent_tool_found_abandoned_runs_again_once() -> None:
     store = MemoryCallStore()
     long_ago = time.time() - 3600
     await store.claim(
-        call_key("r-1", "call-1"),
+        call_key("acme", "alice", "r-1", "call-1"),
         CallRecord(
             state="started",
             tool="upsert",
@@ -411,7 +411,7 @@ async def test_a_duplicate_arriving_while_the_call_runs_waits_for_its_result() -
 
 async def test_a_started_call_within_its_lease_is_waited_for_not_reported_unknown() -> None:
     store = MemoryCallStore()
-    key = call_key("r-1", "call-1")
+    key = call_key("acme", "alice", "r-1", "call-1")
     now = time.time()
     started = CallRecord(
         state="started", tool="pay", started_at=now, lease_until=now + 5, replica="other"
@@ -508,7 +508,7 @@ async def test_a_tool_limited_to_some_agents_and_tenants_is_not_available_to_oth
 async def test_a_replayed_result_survives_a_store_round_trip_unchanged() -> None:
     store = MemoryCallStore()
     first = await call(executor(store=store), "pay", {"amount": 5})
-    record, _ = store.records[call_key("r-1", "call-1")]
+    record, _ = store.records[call_key("acme", "alice", "r-1", "call-1")]
 
     decoded = msgspec.json.decode(msgspec.json.encode(record), type=CallRecord)
 
@@ -518,9 +518,22 @@ async def test_a_replayed_result_survives_a_store_round_trip_unchanged() -> None
 
 
 def test_call_keys_are_valid_kv_keys_whatever_the_ids_hold() -> None:
-    key = call_key("run with spaces/..", "call.id with * and >")
+    key = call_key("acme", "alice", "run with spaces/..", "call.id with * and >")
 
     assert all(c.isalnum() or c in "-_." for c in key)
-    assert key.count(".") == 1
-    assert call_key("r-1", "a") != call_key("r-1", "b")
-    assert call_key("r-1", "a").startswith("r-1.")
+    assert key.count(".") == 3
+    assert call_key("acme", "alice", "r-1", "a") != call_key("acme", "alice", "r-1", "b")
+    assert call_key("acme", "alice", "r-1", "a").startswith("acme.alice.r-1.")
+
+
+async def test_another_owners_run_of_the_same_id_never_gets_a_call_record_replayed() -> None:
+    store = MemoryCallStore()
+    carol = RunContext(run_id="r-1", agent="travel", props={"user_id": "carol", "tenant": "globex"})
+
+    mine = await call(executor(store=store), "pay", {"amount": 5})
+    theirs = await call(executor(store=store), "pay", {"amount": 7}, ctx=carol)
+
+    assert ran["pay"] == 2
+    assert not theirs.replayed
+    assert theirs.result != mine.result
+    assert call_key("acme", "alice", "r-1", "c") != call_key("globex", "carol", "r-1", "c")

@@ -18,6 +18,9 @@ DEAD_STREAM: Final = "RUNBUS_DEAD"
 DEAD_ALL: Final = f"{PREFIX}.dead.>"
 RUN_STATE_BUCKET: Final = "RUNBUS_RUN_STATE"
 APPROVALS_BUCKET: Final = "RUNBUS_APPROVALS"
+RUN_OWNERS_BUCKET: Final = "RUNBUS_RUN_OWNERS"
+"""Run id → the owner (tenant, user) who first used it: claimed at admission, so no other
+owner's request can reach that run."""
 BLOBS_BUCKET: Final = "RUNBUS_BLOBS"
 """Object store of large content parts, referenced as `runbus-blob://<sha256>`."""
 
@@ -26,8 +29,9 @@ EVENTS_STREAM: Final = "RUNBUS_EVENTS"
 EVENTS_ALL: Final = f"{PREFIX}.events.>"
 EVENTS_TEMPLATE: Final = f"{PREFIX}.events.{{run_id}}"
 
-# Run control: a cancel for `run_id` is published here; whoever works for the run listens.
+# Run control: a cancel of one owner's run is published here; whoever works for it listens.
 CANCEL_ALL: Final = f"{PREFIX}.cancel.>"
+CANCEL_TEMPLATE: Final = f"{PREFIX}.cancel.{{tenant}}.{{user_id}}.{{run_id}}"
 
 # Request/reply endpoints.
 HISTORY_APPEND: Final = f"{PREFIX}.history.append"
@@ -94,9 +98,10 @@ def dead(agent: str) -> str:
     return f"{PREFIX}.dead.{agent}"
 
 
-def approval_key(run_id: str, call_key: str) -> str:
-    """Key of a pending approval: the run, then a digest of the call id (any characters)."""
-    return f"{run_id}.{call_key}"
+def approval_key(tenant: str, user_id: str, run_id: str, call_key: str) -> str:
+    """Key of a pending approval: the run's owner and the run, then a digest of the call id
+    (any characters)."""
+    return f"{tenant}.{user_id}.{run_id}.{call_key}"
 
 
 def run_key(tenant: str, user_id: str, run_id: str) -> str:
@@ -109,9 +114,18 @@ def events(run_id: str) -> str:
     return f"{PREFIX}.events.{run_id}"
 
 
-def run_cancel(run_id: str) -> str:
-    """Subject a cancel of `run_id` is published on (model streams and tools stop on it)."""
-    return f"{PREFIX}.cancel.{run_id}"
+def run_cancel(tenant: str, user_id: str, run_id: str) -> str:
+    """Subject a cancel of the owner's `run_id` is published on (the gateway holding the run,
+    model streams and tools stop on it). The run id is always the last token."""
+    return f"{PREFIX}.cancel.{tenant}.{user_id}.{run_id}"
+
+
+def parse_run_cancel(subject: str) -> tuple[str, str, str] | None:
+    """(tenant, user_id, run_id) of a `run_cancel` subject, or None if it is not one."""
+    parts = subject.split(".")
+    if len(parts) != 5 or ".".join(parts[:2]) != f"{PREFIX}.cancel":
+        return None
+    return parts[2], parts[3], parts[4]
 
 
 def tool_invoke(name: str) -> str:

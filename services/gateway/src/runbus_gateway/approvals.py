@@ -1,4 +1,5 @@
-"""Pending approvals (human in the loop) in a JetStream KV bucket, one key per call.
+"""Pending approvals (human in the loop) in a JetStream KV bucket, one key per call, under
+the run's owner: a decision sent by anyone else looks up a key that does not exist.
 
 The run waiting on a call watches its key; `approvals.decide` writes the decision with
 compare-and-set from `pending`, so the first decision wins on every replica. The record
@@ -101,7 +102,7 @@ class Approvals:
     ) -> ApprovalGrant:
         """Record the request (once), `announce` it, and wait until someone decides or it
         expires."""
-        key = subjects.approval_key(run_id, call_key(call_id))
+        key = subjects.approval_key(tenant, user_id, run_id, call_key(call_id))
         found = await self._get(key)
         if found is None or found[0].request.digest != request.digest:
             record = ApprovalRecord(
@@ -145,7 +146,7 @@ class Approvals:
         note: str,
     ) -> Literal["approved", "denied"]:
         """Write the decision unless one stands; only the run's owner may decide."""
-        key = subjects.approval_key(run_id, call_key(call_id))
+        key = subjects.approval_key(tenant, user_id, run_id, call_key(call_id))
         while True:
             found = await self._get(key)
             if found is None or found[0].tenant != tenant or found[0].user_id != user_id:

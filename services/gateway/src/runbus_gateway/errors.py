@@ -53,3 +53,29 @@ class DeadLettered(RunbusError):
             f"the run was attempted {deliveries} times without finishing; last error: {last_error}",
             details={"deliveries": deliveries},
         )
+
+
+class RunIdTaken(RunbusError):
+    """The run id belongs to another owner's run; the requester's run does not start."""
+
+    code = "conflict"
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"run id {run_id!r} is already in use; start the run with a new id")
+        self.run_id = run_id
+
+
+class DedupeKeyMismatch(BadRequest):
+    """`Nats-Msg-Id` is JetStream's dedupe key for the run queue; it must be the run id, or a
+    re-publish with another id would run the same run twice."""
+
+    def __init__(self, msg_id: str, run_id: str) -> None:
+        super().__init__(
+            f"Nats-Msg-Id {msg_id[:128]!r} must equal the body's run_id {run_id!r}",
+            details={"field": "Nats-Msg-Id"},
+        )
+
+
+class UndecodableRequest(BadRequest):
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"run request body is not valid UTF-8 JSON: {reason}")

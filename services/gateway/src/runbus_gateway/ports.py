@@ -56,6 +56,12 @@ from runbus.telemetry import inject, messaging_attributes
 from .agents import CompactionPolicy, MemoryPolicy
 from .approvals import Approvals
 
+
+def owned_run(ctx: RunContext) -> str:
+    """The run with its owner: what keys anything per run that another owner must not share."""
+    return f"{ctx.prop('tenant')}.{ctx.prop('user_id')}.{ctx.run_id}"
+
+
 WaitingHook = Callable[[RunContext, bool], Awaitable[None]]
 
 
@@ -248,19 +254,20 @@ class BusPorts:
     async def emit(self, ctx: RunContext, event: RunEvent, *, event_id: str) -> None:
         """Publish a run event into the events stream without waiting for its ack.
 
-        `Nats-Msg-Id` = `<run_id>:<event_id>`, so a resumed run that emits an event again is
-        stored once; `settle()` waits for the acks before the run request is acked.
+        `Nats-Msg-Id` = `<tenant>.<user_id>.<run_id>:<event_id>`, so a resumed run that emits
+        an event again is stored once, and no other owner's event can be taken for it;
+        `settle()` waits for the acks before the run request is acked.
         """
         headers = ctx.to_headers()
-        headers[MSG_ID] = f"{ctx.run_id}:{event_id}"
+        headers[MSG_ID] = f"{owned_run(ctx)}:{event_id}"
         inject(headers)
         ack = await self.bus.nc.jetstream().publish_async(
             subjects.events(ctx.run_id), encode(event), headers=headers
         )
-        self._event_acks[ctx.run_id].append(ack)
+        self._event_acks[owned_run(ctx)].append(ack)
 
-    async def settle(self, run_id: str) -> None:
-        """Wait until every event of `run_id` is stored in the events stream."""
-        acks = self._event_acks.pop(run_id, [])
+    async def settle(self, ctx: RunContext) -> None:
+        """Wait until every event of the run is stored in the events stream."""
+        acks = self._event_acks.pop(owned_run(ctx), [])
         if acks:
             await asyncio.gather(*acks)

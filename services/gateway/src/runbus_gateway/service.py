@@ -48,9 +48,16 @@ from runbus.telemetry import extract
 from .agents import AgentSpec, load_agents
 from .approvals import Approvals
 from .auth import Principal, TokenVerifier
-from .errors import AgentMismatch, DeadLettered, RunCancelled
+from .errors import (
+    AgentMismatch,
+    DeadLettered,
+    DedupeKeyMismatch,
+    RunCancelled,
+    UndecodableRequest,
+)
 from .harness.runtime import Harness
 from .loop import execute_run
+from .owners import RunOwners
 from .ports import BusPorts
 from .runs import RETRYABLE, RunRecords, now, retry_delay
 from .tenants import TenantLimits, TenantSlots
@@ -104,10 +111,13 @@ class GatewayService(Service):
         ack_wait: float = ACK_WAIT,
         stop_grace: float = STOP_GRACE,
         tenant_limits: TenantLimits | None = None,
+        duplicate_window: float = DUPLICATE_WINDOW,
         **kwargs: object,
     ) -> None:
         super().__init__(nc, **kwargs)  # type: ignore[arg-type]
         self.ack_wait = ack_wait
+        self.duplicate_window = duplicate_window
+        """Seconds JetStream drops a run request whose `Nats-Msg-Id` (= run id) it has seen."""
         self.stop_grace = stop_grace
         """Seconds without a heartbeat after which JetStream gives a run to another replica."""
         self.agents = agents
@@ -125,18 +135,20 @@ class GatewayService(Service):
         self._running: dict[str, asyncio.Task[RunCompleted]] = {}
         self._cancelled: set[str] = set()
         self._records: RunRecords | None = None
+        self._owners: RunOwners | None = None
         self._cancel_sub: Subscription | None = None
         self.tenant_limits = tenant_limits or TenantLimits()
         self._tenants: TenantSlots | None = None
-        self._leases: dict[str, str] = {}
-        """Runs of this replica holding a tenant slot → their tenant (renewed by heartbeat)."""
+        self._leases: dict[str, tuple[str, str]] = {}
+        """Runs of this replica holding a tenant slot → their tenant and lease (renewed by
+        heartbeat)."""
         self._parked = asyncio.Semaphore(run_concurrency * PARKED_PER_SLOT)
         self._live: dict[str, RunRecord] = {}
         """Records of the runs executing here, for status changes mid-run."""
         self._waiting: dict[str, int] = {}
         """Runs waiting for approval → how many of their calls are waiting."""
-        self._queued: set[str] = set()
-        """Runs of this replica waiting for a slot of their tenant."""
+        self._queued: dict[str, tuple[str, str]] = {}
+        """Runs of this replica waiting for a slot of their tenant → their owner."""
         self._cancel_queued: set[str] = set()
         """Of those, the ones a cancel reached: they end instead of starting."""
         self.ports.on_waiting = self._on_waiting
@@ -217,7 +229,7 @@ class GatewayService(Service):
                 subjects=[subjects.RUNS_ALL],
                 retention=RetentionPolicy.WORK_QUEUE,
                 storage=StorageType.FILE,
-                duplicate_window=DUPLICATE_WINDOW,
+                duplicate_window=self.duplicate_window,
                 num_replicas=self.replicas,
             ),
             StreamConfig(
@@ -240,6 +252,7 @@ class GatewayService(Service):
         ):
             await ensure_stream(self.nc, config)
         self._records = await RunRecords.open(self.nc, replicas=self.replicas)
+        self._owners = await RunOwners.open(self.nc, replicas=self.replicas)
         self.ports.approvals = await Approvals.open(self.nc, replicas=self.replicas)
         if self.tenant_limits.any:
             self._tenants = await TenantSlots.open(
@@ -345,11 +358,15 @@ class GatewayService(Service):
         ) as span:
             heartbeat = asyncio.create_task(self._heartbeat(msg, run_id))
             record: RunRecord | None = None
+            principal: Principal | None = None
             try:
+                # Verified first, so even a broken request's failure reaches its own sender.
+                principal = self.verifier.verify(headers.get(h.AUTH))
                 request = self._admit(msg)
                 run_id = request.run_id
                 span.set_attribute("runbus.run_id", run_id)
-                principal = self.verifier.verify(headers.get(h.AUTH))
+                assert self._owners is not None, "start() opens the run owners"
+                await self._owners.claim(run_id, principal.tenant, principal.user_id)
                 agent = self.agents.get(request.agent)
                 if agent is None:
                     raise UnknownAgent(f"no agent named {request.agent!r}")
@@ -360,11 +377,10 @@ class GatewayService(Service):
                     raise DeadLettered(attempt - 1, "the gateway stopped during every attempt")
                 await self._take_tenant_slot(record)
                 completed = await self._execute(request, agent, principal, record)
-                await self.ports.emit(
-                    self._ctx(request, principal), completed, event_id="completed"
-                )
+                ctx = self._ctx(request, principal)
+                await self.ports.emit(ctx, completed, event_id="completed")
                 await asyncio.gather(
-                    self.ports.settle(run_id),
+                    self.ports.settle(ctx),
                     self.records.set_status(record, "completed", text=completed.text),
                 )
             except Exception as exc:
@@ -386,7 +402,7 @@ class GatewayService(Service):
                             await self.records.set_status(record, "queued", error=info)
                     await msg.nak(delay=retry_delay(attempt))
                     return
-                await self._fail(msg, run_id, record, error, attempt)
+                await self._fail(msg, run_id, principal, record, error, attempt)
             finally:
                 heartbeat.cancel()
                 if record is not None:
@@ -401,8 +417,9 @@ class GatewayService(Service):
         """
         if self._tenants is None:
             return
-        if await self._tenants.try_acquire(record.tenant, record.run_id):
-            self._leases[record.run_id] = record.tenant
+        lease = _lease_key(record)
+        if await self._tenants.try_acquire(record.tenant, lease):
+            self._leases[record.run_id] = (record.tenant, lease)
             return
         self.log.info("run_queued", run_id=record.run_id, tenant=record.tenant)
         await self.records.set_status(record, "queued")
@@ -410,19 +427,19 @@ class GatewayService(Service):
         if parked:
             await self._parked.acquire()
             self._run_slots.release()
-        self._queued.add(record.run_id)
+        self._queued[record.run_id] = (record.tenant, record.user_id)
         try:
             # Polled rather than watched: a slot frees when any replica's run ends, and a
             # watch per queued run would cost more than a read every TENANT_POLL seconds.
             while True:
                 if record.run_id in self._cancel_queued:
                     raise RunCancelled(record.run_id)
-                if await self._tenants.try_acquire(record.tenant, record.run_id):
+                if await self._tenants.try_acquire(record.tenant, lease):
                     break
                 await asyncio.sleep(TENANT_POLL)
-            self._leases[record.run_id] = record.tenant
+            self._leases[record.run_id] = (record.tenant, lease)
         finally:
-            self._queued.discard(record.run_id)
+            self._queued.pop(record.run_id, None)
             self._cancel_queued.discard(record.run_id)
             if parked:
                 await self._run_slots.acquire()
@@ -436,7 +453,7 @@ class GatewayService(Service):
     async def _release_tenant_slot(self, record: RunRecord) -> None:
         if self._tenants is not None and self._leases.pop(record.run_id, None) is not None:
             with contextlib.suppress(Exception):
-                await self._tenants.release(record.tenant, record.run_id)
+                await self._tenants.release(record.tenant, _lease_key(record))
 
     async def _execute(
         self, request: RunRequest, agent: AgentSpec, principal: Principal, record: RunRecord
@@ -518,14 +535,26 @@ class GatewayService(Service):
         )
 
     def _admit(self, msg: Msg) -> RunRequest:
-        request = RUN_REQUEST_DECODER.decode(msg.data)
+        try:
+            request = RUN_REQUEST_DECODER.decode(msg.data)
+        except UnicodeDecodeError as exc:
+            raise UndecodableRequest(str(exc)) from None
         subject_agent = msg.subject.rsplit(".", 1)[-1]
         if subject_agent != request.agent:
             raise AgentMismatch(subject_agent, request.agent)
+        msg_id = (msg.headers or {}).get(h.MSG_ID, "")
+        if msg_id != request.run_id:
+            raise DedupeKeyMismatch(msg_id, request.run_id)
         return request
 
     async def _fail(
-        self, msg: Msg, run_id: str, record: RunRecord | None, error: RunbusError, attempt: int
+        self,
+        msg: Msg,
+        run_id: str,
+        principal: Principal | None,
+        record: RunRecord | None,
+        error: RunbusError,
+        attempt: int,
     ) -> None:
         info = error.to_info()
         if isinstance(error, InternalError):
@@ -542,10 +571,11 @@ class GatewayService(Service):
             # Not a subject-safe id: there is no events subject a client could be reading.
             self.log.info("run_failure_not_published", reason="no usable run id")
             return
-        ctx = h.RunContext(run_id=run_id)
+        owner = {"tenant": principal.tenant, "user_id": principal.user_id} if principal else {}
+        ctx = h.RunContext(run_id=run_id, props=owner)
         await self.ports.emit(ctx, RunFailed(run_id=run_id, error=info), event_id="failed")
         with contextlib.suppress(Exception):
-            await self.ports.settle(run_id)
+            await self.ports.settle(ctx)
 
     async def _dead_letter(self, msg: Msg, code: str, message: str) -> None:
         agent = msg.subject.rsplit(".", 1)[-1]
@@ -563,10 +593,10 @@ class GatewayService(Service):
             await asyncio.sleep(self.ack_wait / 3)
             with contextlib.suppress(Exception):
                 await msg.in_progress()
-            tenant = self._leases.get(run_id)
-            if tenant is not None and self._tenants is not None:
+            held = self._leases.get(run_id)
+            if held is not None and self._tenants is not None:
                 with contextlib.suppress(Exception):
-                    await self._tenants.renew(tenant, run_id)
+                    await self._tenants.renew(*held)
 
     async def _on_waiting(self, ctx: h.RunContext, waiting: bool) -> None:
         """`waiting_approval` while any call of the run waits for a person, else `running`."""
@@ -582,10 +612,18 @@ class GatewayService(Service):
             await self.records.set_status(record, status)
 
     async def _on_cancel(self, msg: Msg) -> None:
-        run_id = msg.subject.rsplit(".", 1)[-1]
-        if run_id in self._queued:
+        """Cancel the run this replica holds for that owner; another owner's run of the same
+        id (there can be none: ids are claimed) is never touched."""
+        parsed = subjects.parse_run_cancel(msg.subject)
+        if parsed is None:
+            return
+        tenant, user_id, run_id = parsed
+        if self._queued.get(run_id) == (tenant, user_id):
             self._cancel_queued.add(run_id)
             self.log.info("run_cancelling", run_id=run_id, status="queued")
+        live = self._live.get(run_id)
+        if live is None or (live.tenant, live.user_id) != (tenant, user_id):
+            return
         task = self._running.get(run_id)
         if task is not None and not task.done():
             self._cancelled.add(run_id)
@@ -636,7 +674,8 @@ class GatewayService(Service):
             # cancelled, and the next delivery ends there (see `_cancelled_while_queued`).
             record = await self.records.set_status(record, "cancelled")
         elif record.status in ("running", "waiting_approval", "queued"):
-            await self.nc.publish(subjects.run_cancel(request.run_id), b"")
+            cancel = subjects.run_cancel(principal.tenant, principal.user_id, request.run_id)
+            await self.nc.publish(cancel, b"")
         return RunInfo(record=record)
 
     async def on_approval_decide(
@@ -661,3 +700,8 @@ class GatewayService(Service):
             approver=principal.user_id,
         )
         return ApprovalDecided(run_id=request.run_id, call_id=request.call_id, decision=decision)
+
+
+def _lease_key(record: RunRecord) -> str:
+    """A run's entry in its tenant's leases: the user too, so no other user's run shares it."""
+    return f"{record.user_id}.{record.run_id}"

@@ -1,6 +1,7 @@
 """A cap on the runs one tenant has running at once, across every gateway replica.
 
-Each running run holds a lease in a KV entry per tenant (`{run_id: expires_at}`), changed only
+Each running run holds a lease in a KV entry per tenant (`{<user_id>.<run_id>: expires_at}`,
+keyed by the run's owner so another user's run of the same id never holds it), changed only
 by compare-and-set, so two replicas cannot both take the last slot. A replica renews its runs'
 leases with the run's heartbeat; a replica that dies leaves leases that expire on their own,
 and its runs, redelivered under the same run id, keep their slot meanwhile.

@@ -205,7 +205,7 @@ class HistoryService(Service):
             raise
         if displaced:
             # The displaced run stops at its next step; its messages so far stay in history.
-            await self.nc.publish(subjects.run_cancel(displaced[0]), b"")
+            await self.nc.publish(subjects.run_cancel(who.tenant, who.user_id, displaced[0]), b"")
         messages = core.repair(await reading)
         return SessionOpened(
             record=record,

@@ -1,5 +1,5 @@
 """Call records: what the executor knows about a side-effecting call it started, by idempotency
-key (run id + call id), so a redelivered or retried call never runs twice."""
+key (the run's owner, run id and call id), so a redelivered or retried call never runs twice."""
 
 import hashlib
 from typing import Literal, Protocol
@@ -28,11 +28,16 @@ class CallRecord(msgspec.Struct, frozen=True, kw_only=True):
 CALL_RECORD_DECODER = msgspec.json.Decoder(CallRecord)
 
 
-def call_key(run_id: str, call_id: str) -> str:
-    """KV key of a call: the run id as it is (when subject-safe) and a hash of the call id,
-    which is model-chosen and may hold anything."""
-    run = run_id if is_identifier(run_id) else "h-" + _digest(run_id)
-    return f"{run}.{_digest(call_id)}"
+def call_key(tenant: str, user_id: str, run_id: str, call_id: str) -> str:
+    """KV key of a call: the run's owner (from the trusted headers) and run id as they are
+    (when subject-safe), and a hash of the call id, which is model-chosen and may hold
+    anything. The owner keeps another owner's run of the same id from sharing the record."""
+    owner_run = (_token(tenant), _token(user_id), _token(run_id))
+    return ".".join((*owner_run, _digest(call_id)))
+
+
+def _token(value: str) -> str:
+    return value if is_identifier(value) else "h-" + _digest(value)
 
 
 def _digest(text: str) -> str:

@@ -114,7 +114,7 @@ class Executor:
         if tool.side_effect:
             if not ctx.run_id:
                 return _error(call_id, f"tool {tool.name!r} changes things and runs only in a run")
-            key = call_key(ctx.run_id, call_id)
+            key = call_key(ctx.prop("tenant"), ctx.prop("user_id"), ctx.run_id, call_id)
             found = await self._store.get(key)
             if found is not None:
                 settled = await self._settle(tool, key, found, call_id, ctx)

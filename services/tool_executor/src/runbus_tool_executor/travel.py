@@ -83,8 +83,11 @@ class Ledger:
             self._bookings.append((run_id, booking))
 
     def count(self, run_id: str | None = None) -> int:
+        return len(self.bookings(run_id))
+
+    def bookings(self, run_id: str | None = None) -> list[Booking]:
         with self._lock:
-            return sum(1 for run, _ in self._bookings if run_id is None or run == run_id)
+            return [b for run, b in self._bookings if run_id is None or run == run_id]
 
 
 ledger = Ledger()

@@ -1,0 +1,188 @@
+"""A run belongs to its owner from admission on: users of the same and of another tenant, with
+valid credentials, reuse alice's run id, decide her approval, cancel and read her run; each
+gets `conflict` or `not_found`, and alice's run, record, events and booking stay hers."""
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import nats
+import pytest
+from nats.aio.client import Client as NATS
+
+from runbus import subjects
+from runbus.client import RunbusClient
+from runbus.embedded import EmbeddedNats
+from runbus.errors import RemoteError
+from runbus.messages import HistoryLoad, ModelRequest, RunCompleted, RunFailed
+from runbus.messages.history import HISTORY_LOADED_DECODER
+from runbus.messages.runs import (
+    APPROVAL_DECIDED_DECODER,
+    RUN_INFO_DECODER,
+    ApprovalDecide,
+    RunCancel,
+    RunGet,
+)
+from runbus_gateway.agents import load_agents
+from runbus_tool_executor.travel import ledger
+from tests.helpers import approval_requested, eventually, raw_request
+from tests.models import GatedModel, call, text
+from tests.stack import start_stack
+
+AGENTS = {"travel": msgspec.structs.replace(load_agents()["travel"], model="gated")}
+WINDOW = 0.5
+"""The run queue's duplicate window here: long enough to drop a quick re-publish, short enough
+to test what a re-publish after it meets."""
+
+
+def book(request: ModelRequest, step: int) -> Any:
+    if step == 0:
+        return call("create_booking", "c-book", flight_id="QF412-20261208", cabin="business")
+    result = [r for m in request.messages for r in m.function_results][-1]
+    return text(f"Outcome: {result.error or result.result}")
+
+
+async def _client(url: str, token: str) -> RunbusClient:
+    return RunbusClient(await nats.connect(url), token=token)
+
+
+@pytest.fixture
+async def users(nats_server: EmbeddedNats) -> AsyncIterator[dict[str, RunbusClient]]:
+    clients = {n: await _client(nats_server.url, f"dev-{n}") for n in ("alice", "bob", "carol")}
+    yield clients
+    for client in clients.values():
+        await client.nc.drain()
+
+
+async def _stored_events(nc: NATS, run_id: str) -> list[tuple[str, str, dict[str, Any]]]:
+    """Every stored event on the run's events subject: (tenant, user, body)."""
+    js = nc.jetstream()
+    subject = subjects.events(run_id)
+    info = await js.stream_info(subjects.EVENTS_STREAM, subjects_filter=subject)
+    stored = (info.state.subjects or {}).get(subject, 0)
+    subscription = await js.subscribe(subject, stream=subjects.EVENTS_STREAM, ordered_consumer=True)
+    events = []
+    for _ in range(stored):
+        msg = await subscription.next_msg(timeout=5)
+        headers = msg.headers or {}
+        events.append(
+            (
+                headers.get("rb-prop-tenant", ""),
+                headers.get("rb-prop-user_id", ""),
+                json.loads(msg.data),
+            )
+        )
+    await subscription.unsubscribe()
+    return events
+
+
+async def _publish_as(
+    client: RunbusClient, run_id: str, *, msg_id: str, session_id: str = "mine"
+) -> bool:
+    """Publish a run request as the client's user; False when JetStream dropped it as a
+    duplicate of an earlier `Nats-Msg-Id`."""
+    ack = await client.nc.jetstream().publish(
+        subjects.runs("travel"),
+        raw_request(run_id, "Book it for me", session_id=session_id),
+        headers={"rb-auth": f"Bearer {client.token}", "Nats-Msg-Id": msg_id},
+    )
+    return not ack.duplicate
+
+
+async def _own_failure(client: RunbusClient, user: str, run_id: str) -> dict[str, Any]:
+    """The `run.failed` the gateway published for `user`'s request with `run_id`."""
+    found: list[dict[str, Any]] = []
+
+    async def failed() -> bool:
+        found[:] = [
+            body
+            for _, who, body in await _stored_events(client.nc, run_id)
+            if who == user and body["type"] == "run.failed"
+        ]
+        return bool(found)
+
+    await eventually(failed, timeout=20)
+    [event] = found
+    return event
+
+
+async def test_another_owner_can_neither_reuse_nor_steer_a_run_id_and_alice_books_once(
+    nats_server: EmbeddedNats, tmp_path: Path, users: dict[str, RunbusClient]
+) -> None:
+    alice, bob, carol = users["alice"], users["bob"], users["carol"]
+    async with start_stack(
+        nats_server.url,
+        data_dir=tmp_path,
+        agents=AGENTS,
+        routes={"gated": GatedModel(book)},
+        gateway_options={"duplicate_window": WINDOW},
+    ):
+        run_id = await alice.start("travel", "Book QF412 in business", session_id="trip")
+        asked = await approval_requested(alice, run_id)
+
+        # The same run id under another dedupe key: refused before anything is looked up, and
+        # answered under the dedupe key the request came with.
+        assert await _publish_as(bob, run_id, msg_id=f"{run_id}-x")
+        mismatch = await _own_failure(bob, "bob", f"{run_id}-x")
+        refused: dict[str, list[str]] = {"bob": [], "carol": []}
+        for name, client in (("bob", bob), ("carol", carol)):
+            for decision in ("approved", "denied"):
+                with pytest.raises(RemoteError) as decided:
+                    await client.call(
+                        "approvals.decide",
+                        ApprovalDecide(run_id=run_id, call_id=asked.call_id, decision=decision),
+                        APPROVAL_DECIDED_DECODER,
+                    )
+                refused[name].append(decided.value.remote_code)
+            for op, body in (("runs.cancel", RunCancel), ("runs.get", RunGet)):
+                with pytest.raises(RemoteError) as answered:
+                    await client.call(op, body(run_id=run_id), RUN_INFO_DECODER)
+                refused[name].append(answered.value.remote_code)
+
+        await alice.call(
+            "approvals.decide",
+            ApprovalDecide(run_id=run_id, call_id=asked.call_id, decision="approved"),
+            APPROVAL_DECIDED_DECODER,
+        )
+        final = [
+            i.event
+            async for i in alice.follow(run_id, timeout=20)
+            if isinstance(i.event, RunCompleted | RunFailed)
+        ]
+        before = await alice.call("runs.get", RunGet(run_id=run_id), RUN_INFO_DECODER)
+        history = await alice.call(
+            "history.load", HistoryLoad(session_id="trip"), HISTORY_LOADED_DECODER
+        )
+        alice_events = [e for e in await _stored_events(alice.nc, run_id) if e[1] == "alice"]
+
+        # Past the dedupe window the re-published id reaches the gateway: a conflict, for the
+        # requester only, from a user of the same tenant and from another tenant.
+        for client in (bob, carol):
+            await eventually(lambda c=client: _publish_as(c, run_id, msg_id=run_id), timeout=10)
+        conflicts = {
+            name: await _own_failure(users[name], name, run_id) for name in ("bob", "carol")
+        }
+        after = await alice.call("runs.get", RunGet(run_id=run_id), RUN_INFO_DECODER)
+        history_after = await alice.call(
+            "history.load", HistoryLoad(session_id="trip"), HISTORY_LOADED_DECODER
+        )
+        alice_events_after = [e for e in await _stored_events(alice.nc, run_id) if e[1] == "alice"]
+
+    assert mismatch["error"]["code"] == "bad_request"
+    assert "Nats-Msg-Id" in mismatch["error"]["message"]
+    assert refused == {"bob": ["not_found"] * 4, "carol": ["not_found"] * 4}
+    assert [type(e) for e in final] == [RunCompleted]
+    assert {name: c["error"]["code"] for name, c in conflicts.items()} == {
+        "bob": "conflict",
+        "carol": "conflict",
+    }
+    assert after.record == before.record
+    assert after.record.status == "completed"
+    assert (after.record.tenant, after.record.user_id) == ("acme", "alice")
+    assert history_after.messages == history.messages
+    assert alice_events_after == alice_events
+    assert [e[2]["type"] for e in alice_events][-1] == "run.completed"
+    [booking] = ledger.bookings(run_id)
+    assert (booking.passenger, booking.tenant, booking.approved_by) == ("alice", "acme", "alice")
