@@ -30,6 +30,7 @@ from runbus.messages import (
     Usage,
 )
 from runbus.messages.compaction import CompactResult
+from runbus.messages.history import HistoryCompaction
 from runbus.messages.memory import SearchScope
 from runbus.messages.sessions import ConcurrencyPolicy, SessionOpened, SessionRecord
 from runbus.messages.tools import ApprovalGrant, ApprovalRequest, ToolInvoked
@@ -236,6 +237,7 @@ class RecordingPorts:
         *,
         release: bool = False,
         history_length: int | None = None,
+        compaction: HistoryCompaction | None = None,
     ) -> None:
         self.hops.append("append_history")
         if release:

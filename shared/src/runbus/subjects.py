@@ -141,3 +141,9 @@ def session_key(tenant: str, session_id: str) -> str:
 def history_log(tenant: str, session_id: str) -> str:
     """Storage subject of one session's messages (internal to the history service)."""
     return f"{PREFIX}.hist.{tenant}.{session_id}"
+
+
+def history_compactions(tenant: str, session_id: str) -> str:
+    """Storage subject of one session's persisted compactions, in the history stream next to
+    its messages (internal to the history service)."""
+    return f"{PREFIX}.hist.{tenant}.{session_id}.compactions"

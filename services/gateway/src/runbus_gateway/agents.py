@@ -69,6 +69,9 @@ class CompactionPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Legacy budget: with no strategy, collapse tool results then truncate above this."""
     tokenizer: Tokenizer = "bytes"
     """How compaction counts tokens."""
+    persist: bool = False
+    """Also compact what history stores: later runs load the compacted history (bounded)
+    instead of every message; the originals stay stored for audit and export."""
 
     @property
     def enabled(self) -> bool:
@@ -89,7 +92,7 @@ class CompactionPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         return msgspec.convert({**own, "strategy": msgspec.to_builtins(strategy)}, cls)
 
 
-OWN_COMPACTION_KEYS = ("max_tokens", "tokenizer")
+OWN_COMPACTION_KEYS = ("max_tokens", "tokenizer", "persist")
 
 
 class AgentSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

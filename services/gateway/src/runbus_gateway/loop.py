@@ -39,7 +39,7 @@ from runbus.messages import (
     Usage,
 )
 from runbus.messages.compaction import CompactResult
-from runbus.messages.history import REPAIR_SUFFIX
+from runbus.messages.history import REPAIR_SUFFIX, HistoryCompaction
 from runbus.messages.memory import MEMORY_SEARCH_TOOL
 from runbus.messages.sessions import ConcurrencyPolicy, SessionOpened
 from runbus.messages.tools import ApprovalGrant, ApprovalRequest, ToolInvoked
@@ -106,6 +106,7 @@ class RunPorts(StatePort, Protocol):
         *,
         release: bool = False,
         history_length: int | None = None,
+        compaction: HistoryCompaction | None = None,
     ) -> None: ...
 
     async def store_memory(self, ctx: RunContext, texts: list[str]) -> None: ...
@@ -170,19 +171,35 @@ class Checkpointer:
         self._ports = ports
         self._ctx = ctx
         self._pending: list[ChatMessage] = []
+        self._compaction: HistoryCompaction | None = None
+        self._persisted: set[str] = set()
+        """Ids excluded by the compactions persisted so far in this run."""
         self._writer: asyncio.Task[None] | None = None
         self._error: Exception | None = None
 
     def add(self, messages: list[ChatMessage]) -> None:
         self._pending.extend(messages)
+        self._start()
+
+    def persist(self, compaction: HistoryCompaction) -> None:
+        """Store `compaction` after the messages added so far, unless it excludes nothing new
+        (the same window, one step later); a newer one pending replaces an older one."""
+        if self._persisted.issuperset(compaction.excluded_message_ids):
+            return
+        self._persisted.update(compaction.excluded_message_ids)
+        self._compaction = compaction
+        self._start()
+
+    def _start(self) -> None:
         if self._error is None and (self._writer is None or self._writer.done()):
             self._writer = asyncio.ensure_future(self._write())
 
     async def _write(self) -> None:
         try:
-            while self._pending:
+            while self._pending or self._compaction is not None:
                 batch, self._pending = self._pending, []
-                await self._ports.append_history(self._ctx, batch)
+                compaction, self._compaction = self._compaction, None
+                await self._ports.append_history(self._ctx, batch, compaction=compaction)
         except Exception as exc:
             self._error = exc
 
@@ -196,8 +213,9 @@ class Checkpointer:
         """Write what is pending and release the session's claim, in one append."""
         await self.flush()
         batch, self._pending = self._pending, []
+        compaction, self._compaction = self._compaction, None
         await self._ports.append_history(
-            self._ctx, batch, release=True, history_length=history_length
+            self._ctx, batch, release=True, history_length=history_length, compaction=compaction
         )
 
 
@@ -434,14 +452,37 @@ async def _run_program(
     return Usage()
 
 
+def persisted_compaction(result: CompactResult, run_id: str) -> HistoryCompaction | None:
+    """What history stores of a compaction (`persist = true`): the compacted messages minus
+    context-provider ones. None when it excluded a message of this run: a resumed run finds
+    its own messages in history to continue after them, so they are never compacted away."""
+    own = message_id(run_id, "")
+    excluded = result.report.excluded_message_ids
+    if not result.compacted or any(i.startswith(own) for i in excluded):
+        return None
+    return HistoryCompaction(
+        messages=[m for m in result.messages if m.source != "context_provider"],
+        excluded_message_ids=excluded,
+    )
+
+
 async def _compact(
-    ports: RunPorts, ctx: RunContext, agent: AgentSpec, prompt: list[ChatMessage], step: int
+    ports: RunPorts,
+    ctx: RunContext,
+    agent: AgentSpec,
+    prompt: list[ChatMessage],
+    step: int,
+    checkpoint: Checkpointer | None = None,
 ) -> list[ChatMessage]:
-    """The prompt copy the model sees. An agent without a compaction policy skips the hop:
-    the prompt is already a valid provider list (history repairs what it loads)."""
+    """The prompt copy the model sees; with `persist`, what it made of the history is also
+    stored. An agent without a compaction policy skips the hop: the prompt is already a valid
+    provider list (history repairs what it loads)."""
     if not agent.compaction.enabled:
         return prompt
     compacted = await ports.compact(ctx, prompt, agent.compaction)
+    persisted = persisted_compaction(compacted, ctx.run_id) if agent.compaction.persist else None
+    if persisted is not None and checkpoint is not None:
+        checkpoint.persist(persisted)
     if compacted.compacted or any(s.error for s in compacted.report.steps):
         await ports.emit(
             ctx,
@@ -463,7 +504,7 @@ async def _loop(turn: Turn) -> Usage:
                 raise MaxIterationsExceeded(agent.max_iterations)
             reply_id = message_id(ctx.run_id, f"m{progress.step}")
             _instruct(turn)
-            view = await _compact(ports, ctx, agent, turn.prompt, progress.step)
+            view = await _compact(ports, ctx, agent, turn.prompt, progress.step, turn.checkpoint)
             todo = turn.harness.todo_message(turn.state.bag)
             view = with_context(view, [todo] if todo else [])
             reply = await ports.complete(ctx, agent.model, view, turn.tools, reply_id)

@@ -31,7 +31,7 @@ from runbus.messages import (
     encode,
 )
 from runbus.messages.compaction import COMPACT_RESULT_DECODER, CompactResult
-from runbus.messages.history import HISTORY_APPENDED_DECODER
+from runbus.messages.history import HISTORY_APPENDED_DECODER, HistoryCompaction
 from runbus.messages.memory import MEMORY_HITS_DECODER, MEMORY_STORED_DECODER
 from runbus.messages.model import MODEL_RESPONSE_DECODER
 from runbus.messages.sessions import (
@@ -217,6 +217,7 @@ class BusPorts:
         *,
         release: bool = False,
         history_length: int | None = None,
+        compaction: HistoryCompaction | None = None,
     ) -> None:
         await self.bus.request(
             subjects.HISTORY_APPEND,
@@ -225,6 +226,7 @@ class BusPorts:
                 messages=messages,
                 release=release,
                 history_length=history_length,
+                compaction=compaction,
             ),
             HISTORY_APPENDED_DECODER,
             ctx=ctx,

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 import msgspec
 
 from runbus.messages import ChatMessage, FunctionResultContent
-from runbus.messages.history import REPAIR_SUFFIX
-from runbus.messages.sessions import ConcurrencyPolicy, SessionRecord
+from runbus.messages.history import REPAIR_SUFFIX, HistoryCompaction
+from runbus.messages.sessions import ConcurrencyPolicy, SessionRecord, StoredCompaction
 
 from .errors import MissingMessageId, SessionBusy, SessionNotFound
 
@@ -27,6 +27,7 @@ class StoredBatch(msgspec.Struct, frozen=True, kw_only=True):
 
 BATCH_ENCODER = msgspec.json.Encoder()
 BATCH_DECODER = msgspec.json.Decoder(StoredBatch)
+COMPACTION_DECODER = msgspec.json.Decoder(HistoryCompaction)
 RECORD_DECODER = msgspec.json.Decoder(SessionRecord)
 
 
@@ -54,16 +55,88 @@ def batch_id(session_key: str, messages: list[ChatMessage]) -> str:
     return digest.hexdigest()
 
 
-def loaded(batches: list[StoredBatch]) -> list[ChatMessage]:
-    """Messages of the stored batches in order, each id once, stamped `chat_history`."""
-    seen: set[str] = set()
+def compaction_to_store(compaction: HistoryCompaction) -> HistoryCompaction:
+    """The compaction as stored: every message has an id (later appends are matched against
+    them), none of them is also excluded."""
+    excluded = set(compaction.excluded_message_ids)
+    for index, message in enumerate(compaction.messages):
+        if not message.message_id:
+            raise MissingMessageId(index)
+    return msgspec.structs.replace(
+        compaction,
+        messages=[m for m in compaction.messages if m.message_id not in excluded],
+    )
+
+
+def compaction_id(session_key: str, compaction: HistoryCompaction) -> str:
+    """De-duplication id of one persisted compaction (a retried append stores it once)."""
+    digest = hashlib.sha256(b"compaction\0" + session_key.encode())
+    for message in compaction.messages:
+        digest.update(b"\0" + message.message_id.encode())
+    for excluded in compaction.excluded_message_ids:
+        digest.update(b"\1" + excluded.encode())
+    return digest.hexdigest()
+
+
+def loaded(
+    batches: list[StoredBatch], compaction: HistoryCompaction | None = None
+) -> list[ChatMessage]:
+    """The history in order, each id once, stamped `chat_history`: the persisted compaction's
+    messages (if any) then the batches stored after it, minus what it excluded."""
+    seen: set[str] = set(compaction.excluded_message_ids) if compaction else set()
     out: list[ChatMessage] = []
-    for batch in batches:
-        for message in batch.messages:
+    parts = [b.messages for b in batches]
+    if compaction is not None:
+        parts.insert(0, compaction.messages)
+    for messages in parts:
+        for message in messages:
             if message.message_id in seen:
                 continue
             seen.add(message.message_id)
             out.append(msgspec.structs.replace(message, source="chat_history"))
+    return out
+
+
+def document_history(
+    batches: list[tuple[int, StoredBatch]], compactions: list[tuple[int, HistoryCompaction]]
+) -> tuple[list[ChatMessage], list[StoredCompaction]]:
+    """Every stored original in order (each id once, stamped `chat_history`, as a load
+    stamps them) and each persisted compaction placed
+    after the originals stored before it (by stream sequence): a session document."""
+    messages: list[ChatMessage] = []
+    placed: list[StoredCompaction] = []
+    seen: set[str] = set()
+    pending = iter(sorted(compactions, key=lambda c: c[0]))
+    upcoming = next(pending, None)
+    for sequence, batch in [*batches, (None, None)]:
+        while upcoming is not None and (sequence is None or upcoming[0] < sequence):
+            placed.append(StoredCompaction(after=len(messages), compaction=upcoming[1]))
+            upcoming = next(pending, None)
+        if batch is None:
+            break
+        for message in batch.messages:
+            if message.message_id not in seen:
+                seen.add(message.message_id)
+                messages.append(msgspec.structs.replace(message, source="chat_history"))
+    return messages, placed
+
+
+def document_chunks(
+    messages: list[ChatMessage], compactions: list[StoredCompaction], chunk: int
+) -> list[list[ChatMessage] | HistoryCompaction]:
+    """What an import writes, in order: the messages in chunks of at most `chunk`, each
+    compaction right after the messages stored before it."""
+    out: list[list[ChatMessage] | HistoryCompaction] = []
+    start = 0
+    for stop, compaction in [
+        *((c.after, c.compaction) for c in compactions),
+        (len(messages), None),
+    ]:
+        stop = min(max(stop, start), len(messages))
+        out.extend(messages[i : min(i + chunk, stop)] for i in range(start, stop, chunk))
+        start = stop
+        if compaction is not None:
+            out.append(compaction)
     return out
 
 

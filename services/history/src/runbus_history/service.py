@@ -21,7 +21,11 @@ from runbus.messages import (
     HistoryLoaded,
     is_identifier,
 )
-from runbus.messages.history import HISTORY_APPEND_DECODER, HISTORY_LOAD_DECODER
+from runbus.messages.history import (
+    HISTORY_APPEND_DECODER,
+    HISTORY_LOAD_DECODER,
+    HistoryCompaction,
+)
 from runbus.messages.memory import MEMORY_FORGOTTEN_DECODER, MemoryForget
 from runbus.messages.sessions import (
     SESSION_DELETE_DECODER,
@@ -145,7 +149,9 @@ class HistoryService(Service):
 
     async def on_load(self, ctx: RunContext, request: HistoryLoad) -> HistoryLoaded:
         who = caller(ctx)
-        reading = asyncio.ensure_future(self._read(ctx, who, request.session_id))
+        reading = asyncio.ensure_future(
+            self._read(ctx, who, request.session_id, originals=request.originals)
+        )
         try:
             core.owned(
                 await self.records.recent(who.tenant, request.session_id),
@@ -155,8 +161,11 @@ class HistoryService(Service):
         except BaseException:
             reading.cancel()
             raise
-        messages = core.repair(await reading)
-        return HistoryLoaded(messages=core.last_turns(messages, request.last_turns))
+        messages, compacted = await reading
+        return HistoryLoaded(
+            messages=core.last_turns(core.repair(messages), request.last_turns),
+            compacted=compacted,
+        )
 
     async def on_append(self, ctx: RunContext, request: HistoryAppend) -> HistoryAppended:
         who = caller(ctx)
@@ -174,6 +183,17 @@ class HistoryService(Service):
             data = core.BATCH_ENCODER.encode(core.StoredBatch(messages=to_store))
             fresh = await store.append(self.nc, subject, data, core.batch_id(subject, to_store))
             stored, skipped = (len(to_store), skipped) if fresh else (0, len(request.messages))
+        if request.compaction is not None:
+            # After the messages: a load starts from the compaction and reads only what was
+            # stored after it, so it must follow everything it covers.
+            compaction = core.compaction_to_store(request.compaction)
+            subject = subjects.history_compactions(who.tenant, request.session_id)
+            await store.append(
+                self.nc,
+                subject,
+                core.BATCH_ENCODER.encode(compaction),
+                core.compaction_id(subject, compaction),
+            )
         if request.release:
             await self._update(
                 record,
@@ -206,10 +226,10 @@ class HistoryService(Service):
         if displaced:
             # The displaced run stops at its next step; its messages so far stay in history.
             await self.nc.publish(subjects.run_cancel(who.tenant, who.user_id, displaced[0]), b"")
-        messages = core.repair(await reading)
+        messages, _ = await reading
         return SessionOpened(
             record=record,
-            messages=core.last_turns(messages, request.last_turns),
+            messages=core.last_turns(core.repair(messages), request.last_turns),
             created=created,
             interrupted_run=displaced[0] if displaced else None,
         )
@@ -264,10 +284,25 @@ class HistoryService(Service):
             who.user_id,
             request.session_id,
         )
-        messages = await self._read(ctx, who, request.session_id)
+        timeout = self._timeout(ctx)
+        batches = [
+            (sequence, core.BATCH_DECODER.decode(data))
+            async for sequence, data in store.read_subject(
+                self.nc, subjects.history_log(who.tenant, request.session_id), timeout
+            )
+        ]
+        compactions = [
+            (sequence, core.COMPACTION_DECODER.decode(data))
+            async for sequence, data in store.read_subject(
+                self.nc, subjects.history_compactions(who.tenant, request.session_id), timeout
+            )
+        ]
+        messages, placed = core.document_history(batches, compactions)
         return SessionExported(
             document=SessionDocument(
-                record=msgspec.structs.replace(record, revision=0), messages=messages
+                record=msgspec.structs.replace(record, revision=0),
+                messages=messages,
+                compactions=placed,
             )
         )
 
@@ -284,12 +319,22 @@ class HistoryService(Service):
             raise SessionExists(record.session_id)
         # Only once the record is the caller's: what is purged is a leftover of a session
         # deleted half-way, never the history of a session that exists (maybe someone else's).
+        markers = subjects.history_compactions(who.tenant, record.session_id)
         await store.purge(self.nc, subject)
-        messages = request.document.messages
-        for start in range(0, len(messages), IMPORT_CHUNK):
-            chunk = messages[start : start + IMPORT_CHUNK]
-            data = core.BATCH_ENCODER.encode(core.StoredBatch(messages=chunk))
-            await store.append(self.nc, subject, data, core.batch_id(subject, chunk))
+        await store.purge(self.nc, markers)
+        document = request.document
+        # De-duplication ids of this import alone: the same document imported again after a
+        # delete, within the duplicate window, must be stored again, not taken for a retry.
+        nonce = f"import-{created.revision}:"
+        for part in core.document_chunks(document.messages, document.compactions, IMPORT_CHUNK):
+            if isinstance(part, list):
+                data = core.BATCH_ENCODER.encode(core.StoredBatch(messages=part))
+                await store.append(self.nc, subject, data, nonce + core.batch_id(subject, part))
+            else:
+                compaction = core.compaction_to_store(part)
+                data = core.BATCH_ENCODER.encode(compaction)
+                msg_id = nonce + core.compaction_id(markers, compaction)
+                await store.append(self.nc, markers, data, msg_id)
         return SessionInfo(record=created)
 
     async def on_delete(self, ctx: RunContext, request: SessionDelete) -> SessionDeleted:
@@ -300,6 +345,7 @@ class HistoryService(Service):
             request.session_id,
         )
         await store.purge(self.nc, subjects.history_log(who.tenant, request.session_id))
+        await store.purge(self.nc, subjects.history_compactions(who.tenant, request.session_id))
         await self.records.delete(who.tenant, request.session_id)
         return SessionDeleted(
             session_id=request.session_id,
@@ -325,15 +371,32 @@ class HistoryService(Service):
 
     # -- helpers -------------------------------------------------------------------------
 
-    async def _read(self, ctx: RunContext, who: Caller, session_id: str) -> list[ChatMessage]:
+    def _timeout(self, ctx: RunContext) -> float:
         left = ctx.time_left()
-        timeout = self.bus.request_timeout if left is None else min(left, self.bus.request_timeout)
+        return self.bus.request_timeout if left is None else min(left, self.bus.request_timeout)
+
+    async def _read(
+        self, ctx: RunContext, who: Caller, session_id: str, *, originals: bool = False
+    ) -> tuple[list[ChatMessage], bool]:
+        """The session's history and whether a persisted compaction stands in for its start:
+        the latest compaction, then only the batches stored after it. `originals` reads every
+        batch and ignores compactions (audit)."""
+        timeout = self._timeout(ctx)
+        compaction: HistoryCompaction | None = None
+        start = 1
+        if not originals:
+            latest = await store.last(
+                self.nc, subjects.history_compactions(who.tenant, session_id), timeout
+            )
+            if latest is not None:
+                start = latest[0] + 1
+                compaction = core.COMPACTION_DECODER.decode(latest[1])
         subject = subjects.history_log(who.tenant, session_id)
         batches = [
             core.BATCH_DECODER.decode(data)
-            async for data in store.read_subject(self.nc, subject, timeout)
+            async for _, data in store.read_subject(self.nc, subject, timeout, start)
         ]
-        return core.loaded(batches)
+        return core.loaded(batches, compaction), compaction is not None
 
     async def _get_or_create(
         self, ctx: RunContext, who: Caller, session_id: str, change: "core.RecordChange"

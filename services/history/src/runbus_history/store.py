@@ -43,14 +43,32 @@ async def purge(nc: NATS, subject: str) -> None:
     await nc.jetstream().purge_stream(subjects.HISTORY_STREAM, subject=subject)
 
 
-async def read_subject(nc: NATS, subject: str, timeout: float) -> AsyncIterator[bytes]:
-    """Every message stored on `subject`, oldest first, by batched direct gets.
+async def last(nc: NATS, subject: str, timeout: float) -> tuple[int, bytes] | None:
+    """The stream sequence and data of the newest message on `subject`, or None (one direct
+    get)."""
+    api = f"$JS.API.DIRECT.GET.{subjects.HISTORY_STREAM}"
+    request = json.dumps({"last_by_subj": subject}).encode()
+    msg = await nc.request(api, request, timeout=timeout)
+    headers = msg.headers or {}
+    status = headers.get("Status")
+    if status == "404":
+        return None
+    if status:
+        raise RuntimeError(f"direct get failed: {status} {headers.get('Description')}")
+    return int(headers["Nats-Sequence"]), msg.data
+
+
+async def read_subject(
+    nc: NATS, subject: str, timeout: float, start: int = 1
+) -> AsyncIterator[tuple[int, bytes]]:
+    """Every message stored on `subject` from stream sequence `start` on, oldest first, with
+    its sequence, by batched direct gets.
 
     One request returns up to DIRECT_GET_BATCH messages followed by an end-of-batch status,
     so a session loads in one round trip per batch instead of a consumer per load.
     """
     api = f"$JS.API.DIRECT.GET.{subjects.HISTORY_STREAM}"
-    next_seq = 1
+    next_seq = start
     while True:
         inbox = nc.new_inbox()
         queue: asyncio.Queue[Msg] = asyncio.Queue()
@@ -76,8 +94,9 @@ async def read_subject(nc: NATS, subject: str, timeout: float) -> AsyncIterator[
                     break
                 if status:
                     raise RuntimeError(f"direct get failed: {status} {headers.get('Description')}")
-                yield msg.data
-                next_seq = int(headers["Nats-Sequence"]) + 1
+                sequence = int(headers["Nats-Sequence"])
+                yield sequence, msg.data
+                next_seq = sequence + 1
                 pending = int(headers.get("Nats-Num-Pending", "0"))
         finally:
             await sub.unsubscribe()

@@ -4,12 +4,25 @@ from typing import Final
 
 import msgspec
 
-from ._base import Identifier, Message
+from ._base import Identifier, Message, Record
 from .chat import ChatMessage
 
 REPAIR_SUFFIX: Final = ":repair"
 """Appended to an assistant message's id to name the synthetic tool message that history adds
 on load for calls left without results (a crash, a cancel, a terminate)."""
+
+
+class HistoryCompaction(Record, frozen=True):
+    """A persisted compaction: from here on, the session's history is `messages` followed by
+    whatever is appended later. The stored originals it replaces stay stored for audit and
+    export; loads no longer read them."""
+
+    messages: list[ChatMessage]
+    """The compacted history as the model saw it (summaries and collapsed tool calls stamped
+    `compaction`, kept messages as they were); no context-provider messages."""
+    excluded_message_ids: list[str] = []
+    """Stored messages this compaction replaced; skipped even if an append after it repeats
+    them (a retried checkpoint)."""
 
 
 class HistoryAppend(Message, frozen=True, tag="history.append"):
@@ -21,6 +34,8 @@ class HistoryAppend(Message, frozen=True, tag="history.append"):
     """Last append of a run: also release the run's claim on the session."""
     history_length: int | None = None
     """With `release`: the session's message count after this run."""
+    compaction: HistoryCompaction | None = None
+    """A compaction to persist, stored after `messages`: later loads start from it."""
 
 
 class HistoryAppended(Message, frozen=True, tag="history.appended"):
@@ -35,11 +50,16 @@ class HistoryLoad(Message, frozen=True, tag="history.load"):
     """Session to read; the tenant comes from the trusted headers."""
     last_turns: int | None = None
     """Only the last N turns (a turn starts at a user message); None: everything."""
+    originals: bool = False
+    """Every message ever stored, persisted compactions ignored (audit); default: the history
+    from the latest persisted compaction on."""
 
 
 class HistoryLoaded(Message, frozen=True, tag="history.loaded"):
     messages: list[ChatMessage]
     """The session's messages in order, stamped `source="chat_history"`."""
+    compacted: bool = False
+    """True if a persisted compaction stands in for older stored messages."""
 
 
 HistoryRequest = HistoryAppend | HistoryLoad

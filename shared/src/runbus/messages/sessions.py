@@ -11,6 +11,7 @@ import msgspec
 
 from ._base import Identifier, Message, Record
 from .chat import ChatMessage
+from .history import HistoryCompaction
 
 ConcurrencyPolicy = Literal["reject", "enqueue", "interrupt"]
 """What a second run on a busy session does: fail with `session_busy` (default), wait for the
@@ -95,13 +96,24 @@ class SessionStateUpdate(Message, frozen=True, tag="sessions.state.update"):
     """Compare-and-set: fail with `conflict` unless the record is still at this revision."""
 
 
+class StoredCompaction(Record, frozen=True):
+    """A persisted compaction in a session document, placed among the stored messages."""
+
+    after: Annotated[int, msgspec.Meta(ge=0)]
+    """How many of the document's `messages` were stored before it."""
+    compaction: HistoryCompaction
+    """What it made of the history up to there."""
+
+
 class SessionDocument(Record, frozen=True):
     """A whole session as one JSON document: what export writes and import reads."""
 
     record: SessionRecord
     """The session record (revision 0)."""
     messages: list[ChatMessage]
-    """Its history as stored, in order."""
+    """Its history as stored, in order: every original, compacted or not."""
+    compactions: list[StoredCompaction] = []
+    """Its persisted compactions, oldest first; a load starts from the last one."""
     format: Literal["runbus.session.v1"] = "runbus.session.v1"
     """Document format; a breaking change gets a new one."""
 

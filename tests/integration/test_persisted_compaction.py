@@ -1,0 +1,143 @@
+"""`persist = true`: what compaction makes of the history is stored, so later runs load a
+bounded history; the originals stay retrievable (audit) and travel with an export."""
+
+from pathlib import Path
+
+import msgspec
+import nats
+import pytest
+
+from runbus.client import RunbusClient
+from runbus.embedded import EmbeddedNats
+from runbus.errors import RemoteError
+from runbus.messages import HistoryLoad
+from runbus.messages.history import HISTORY_LOADED_DECODER, HistoryLoaded
+from runbus.messages.sessions import (
+    SESSION_DELETED_DECODER,
+    SESSION_EXPORTED_DECODER,
+    SESSION_INFO_DECODER,
+    SessionDelete,
+    SessionExport,
+    SessionImport,
+)
+from runbus_gateway.agents import load_agents
+from tests.models import GatedModel, weather_then_answer
+from tests.stack import start_stack
+
+PERSISTED = """
+name = "windowed"
+instructions = "You are a travel assistant."
+model = "gated"
+tools = ["get_weather"]
+
+[compaction]
+strategy = "sliding_window"
+trigger = {condition = "turns_exceed", turns = 2}
+persist = true
+"""
+RUNS = 6
+PER_RUN = 4
+"""Messages a run stores: the question, the weather call, its result, the answer."""
+
+
+async def load(client: RunbusClient, session_id: str, *, originals: bool = False) -> HistoryLoaded:
+    return await client.call(
+        "history.load",
+        HistoryLoad(session_id=session_id, originals=originals),
+        HISTORY_LOADED_DECODER,
+    )
+
+
+def test_persist_is_an_agents_compaction_key(tmp_path: Path) -> None:
+    (tmp_path / "windowed.toml").write_text(PERSISTED)
+    assert load_agents(tmp_path)["windowed"].compaction.persist
+    (tmp_path / "windowed.toml").write_text(PERSISTED.replace("persist", "persisted"))
+    with pytest.raises(Exception, match="persisted"):
+        load_agents(tmp_path)
+
+
+async def test_a_persisted_window_bounds_what_later_runs_load_and_the_originals_stay_for_audit(
+    nats_server: EmbeddedNats, tmp_path: Path
+) -> None:
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "agents" / "windowed.toml").write_text(PERSISTED)
+    model = GatedModel(weather_then_answer)
+    async with start_stack(
+        nats_server.url,
+        data_dir=tmp_path,
+        agents=load_agents(tmp_path / "agents"),
+        routes={"gated": model},
+    ):
+        nc = await nats.connect(nats_server.url)
+        client = RunbusClient(nc, token="dev-alice")
+        for n in range(RUNS):
+            await client.run("windowed", f"Weather {n}?", session_id="w")
+        loaded = await load(client, "w")
+        audit = await load(client, "w", originals=True)
+
+        exported = await client.call(
+            "sessions.export", SessionExport(session_id="w"), SESSION_EXPORTED_DECODER
+        )
+        await client.call("sessions.delete", SessionDelete(session_id="w"), SESSION_DELETED_DECODER)
+        with pytest.raises(RemoteError, match="no session"):
+            await load(client, "w")
+        await client.call(
+            "sessions.import", SessionImport(document=exported.document), SESSION_INFO_DECODER
+        )
+        reloaded = await load(client, "w")
+        reaudit = await load(client, "w", originals=True)
+        again = await client.call(
+            "sessions.export", SessionExport(session_id="w"), SESSION_EXPORTED_DECODER
+        )
+        await nc.drain()
+
+    # The model saw the window's last two turns ...
+    assert [m.text for m in model.requests[-1].messages if m.role == "user"] == [
+        f"Weather {n}?" for n in range(RUNS - 2, RUNS)
+    ]
+    # ... and history now loads what the window kept, not the whole session.
+    assert loaded.compacted
+    assert [m.text for m in loaded.messages if m.role == "user"] == [
+        f"Weather {n}?" for n in range(RUNS - 2, RUNS)
+    ]
+    assert len(loaded.messages) == 2 * PER_RUN
+    # Every original is still stored, in order, for audit.
+    assert not audit.compacted
+    assert [m.text for m in audit.messages if m.role == "user"] == [
+        f"Weather {n}?" for n in range(RUNS)
+    ]
+    assert len(audit.messages) == RUNS * PER_RUN
+    # Export carries originals and compactions; import restores both.
+    assert exported.document.messages == audit.messages
+    # One per run from the third on, when the window first moved.
+    assert len(exported.document.compactions) == RUNS - 2
+    assert reloaded == loaded
+    assert reaudit == audit
+    assert msgspec.json.encode(again.document) == msgspec.json.encode(exported.document)
+
+
+async def test_without_persist_the_stored_history_stays_whole(
+    nats_server: EmbeddedNats, tmp_path: Path
+) -> None:
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "agents" / "windowed.toml").write_text(PERSISTED.replace("persist = true", ""))
+    model = GatedModel(weather_then_answer)
+    async with start_stack(
+        nats_server.url,
+        data_dir=tmp_path,
+        agents=load_agents(tmp_path / "agents"),
+        routes={"gated": model},
+    ):
+        nc = await nats.connect(nats_server.url)
+        client = RunbusClient(nc, token="dev-alice")
+        for n in range(4):
+            await client.run("windowed", f"Weather {n}?", session_id="w")
+        loaded = await load(client, "w")
+        await nc.drain()
+
+    assert not loaded.compacted
+    assert len(loaded.messages) == 4 * PER_RUN
+    assert [m.text for m in model.requests[-1].messages if m.role == "user"] == [
+        "Weather 2?",
+        "Weather 3?",
+    ]
