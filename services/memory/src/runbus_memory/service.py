@@ -9,15 +9,14 @@ from pathlib import Path
 from typing import Final, Self
 
 import msgspec
-import nats.errors
 from nats.aio.client import Client as NATS
-from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StorageType, StreamConfig
-from nats.js.client import JetStreamContext
+from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace import Status, StatusCode
 
 from runbus import subjects
+from runbus.consumer import ConsumerSpec, Delivery, DurableConsumer
 from runbus.errors import BadRequest, InternalError
 from runbus.headers import RunContext
 from runbus.jetstream import ensure_stream
@@ -44,7 +43,6 @@ from runbus.messages.memory import (
 from runbus.messages.tools import TOOL_INVOKE_DECODER
 from runbus.service import Endpoint, Service, as_runbus_error
 from runbus.settings import Settings
-from runbus.telemetry import extract, messaging_attributes
 
 from .core import (
     MemoryRecord,
@@ -68,7 +66,6 @@ DUPLICATE_WINDOW: Final = 600.0
 ACK_WAIT: Final = 30.0
 WRITE_BATCH: Final = 64
 """Writes embedded and upserted together at most."""
-PULL_WAIT: Final = 5.0
 RETRY_DELAYS: Final = (1.0, 2.0, 5.0, 15.0, 60.0)
 """Backoff of a write that failed to store, by delivery; the last one repeats. There is no
 delivery limit: a write waits out an embedder or store outage instead of being lost."""
@@ -110,10 +107,9 @@ class MemoryService(Service):
         self.replicas = replicas
         self.write_ack_wait = write_ack_wait
         self._memories: Memories | None = None
-        self._writes: JetStreamContext.PullSubscription | None = None
-        self._pull_task: asyncio.Task[None] | None = None
+        self._writes: DurableConsumer | None = None
         self._store_task: asyncio.Task[None] | None = None
-        self._inbox: asyncio.Queue[Msg] = asyncio.Queue(maxsize=WRITE_BATCH)
+        self._inbox: asyncio.Queue[QueuedWrite] = asyncio.Queue()
         self._writing: asyncio.Future[None] | None = None
         self._idle = asyncio.Event()
         self._idle.set()
@@ -160,7 +156,6 @@ class MemoryService(Service):
         if self.store is None:
             self.store = await self._open_store(self.embedder.dimension, self.embedder.name)
         self._memories = Memories(self.embedder, self.store)
-        js = self.nc.jetstream()
         config = StreamConfig(
             name=subjects.MEMORY_WRITES_STREAM,
             subjects=[subjects.MEMORY_WRITES],
@@ -171,19 +166,26 @@ class MemoryService(Service):
             num_replicas=self.replicas,
         )
         await ensure_stream(self.nc, config)
-        self._writes = await js.pull_subscribe(
-            subjects.MEMORY_WRITES,
-            durable=subjects.MEMORY_WRITES_CONSUMER,
+        spec = ConsumerSpec(
             stream=subjects.MEMORY_WRITES_STREAM,
+            durable=subjects.MEMORY_WRITES_CONSUMER,
+            subject=subjects.MEMORY_WRITES,
             config=ConsumerConfig(
                 ack_policy=AckPolicy.EXPLICIT,
                 ack_wait=self.write_ack_wait,
                 max_deliver=-1,
                 max_ack_pending=-1,
             ),
+            span_name=f"process {subjects.MEMORY_WRITES}",
         )
-        self._pull_task = asyncio.create_task(self._pull_writes())
+        # Bounded: a backlog stays in the stream, not in this process, where its ack wait
+        # would run out before the writer got to it.
+        slots = asyncio.Semaphore(WRITE_BATCH)
+        self._writes = DurableConsumer(
+            self.nc, spec, self.on_write, tracer=self.tracer, slots=slots
+        )
         self._store_task = asyncio.create_task(self._store_writes())
+        await self._writes.start()
 
     async def _open_store(self, dimension: int, embedder: str) -> Store:
         if self.qdrant_url:
@@ -193,22 +195,21 @@ class MemoryService(Service):
         return await EdgeStore.open(self.data_dir, dimension, embedder=embedder)
 
     async def on_stop(self) -> None:
-        for task in (self._pull_task, self._store_task):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
         if self._writes is not None:
-            # Or the connection's drain waits on the status replies of the last pull.
-            with contextlib.suppress(nats.errors.Error):
-                await self._writes.unsubscribe()
+            await self._writes.stop_pulling()
+        if self._store_task is not None:
+            self._store_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._store_task
         if self._writing is not None:
             with contextlib.suppress(Exception):
                 await self._writing  # the batch being stored is stored and acked
         # Writes not started yet go back to the stream at once, for another replica.
         while not self._inbox.empty():
+            write = self._inbox.get_nowait()
             with contextlib.suppress(Exception):
-                await self._inbox.get_nowait().nak()
+                await write.delivery.retry(0)
+            write.done.set()
         self._idle.set()
         if self.store is not None:
             await self.store.close()
@@ -330,27 +331,18 @@ class MemoryService(Service):
 
     # -- writes off the run's path ------------------------------------------------------
 
-    async def _pull_writes(self) -> None:
-        """Hand each queued write to the writer as soon as it arrives.
-
-        One-message fetches return the moment a write is there (a larger batch makes nats-py
-        linger for the rest of it); the writer batches whatever piled up meanwhile.
-        """
-        assert self._writes is not None
-        while True:
-            try:
-                messages = await self._writes.fetch(1, timeout=PULL_WAIT)
-            except nats.errors.TimeoutError:
-                continue
-            except (nats.errors.ConnectionClosedError, nats.errors.DrainTimeoutError):
-                return
-            for msg in messages:
-                # Bounded: a backlog stays in the stream, not in this process, where its ack
-                # wait would run out before the writer got to it.
-                await self._inbox.put(msg)
+    async def on_write(self, delivery: Delivery) -> None:
+        """One queued write (under its consumer span): refused at once if it can never be
+        stored, else handed to the writer; its slot is held until it is stored or retried."""
+        records = await self._prepare(delivery)
+        if records is None:
+            return
+        write = QueuedWrite(delivery=delivery, records=records)
+        await self._inbox.put(write)
+        await write.done.wait()
 
     async def _store_writes(self) -> None:
-        """Store what the puller handed over, up to `WRITE_BATCH` writes per embed + upsert."""
+        """Store what the consumer handed over, up to `WRITE_BATCH` writes per embed + upsert."""
         while True:
             batch = [await self._inbox.get()]
             while not self._inbox.empty() and len(batch) < WRITE_BATCH:
@@ -361,79 +353,67 @@ class MemoryService(Service):
                 self._writing = asyncio.ensure_future(self._write(batch))
                 await asyncio.shield(self._writing)
             except Exception:
-                # An ack or term that could not be sent (the connection is going): what was not
-                # acked is delivered again; the writer keeps going.
+                # An ack that could not be sent (the connection is going): what was not acked
+                # is delivered again; the writer keeps going.
                 self.log.exception("memory_write_batch_failed", writes=len(batch))
             finally:
+                for write in batch:
+                    write.done.set()
                 if self._inbox.empty():
                     self._idle.set()
 
-    async def _write(self, messages: list[Msg]) -> None:
-        batch: list[tuple[Msg, list[MemoryRecord]]] = []
-        for msg in messages:
-            records = await self._prepare(msg)
-            if records is not None:
-                batch.append((msg, records))
-        if not batch:
-            return
+    async def _write(self, batch: list["QueuedWrite"]) -> None:
         try:
-            await self.memories.upsert([r for _, records in batch for r in records])
+            await self.memories.upsert([r for write in batch for r in write.records])
         except Exception:
             if len(batch) == 1:
-                await self._retry_later(batch[0][0])
+                await self._retry_later(batch[0].delivery)
                 return
             # One bad write must not hold back the others: store them one by one.
-            for msg, records in batch:
+            for write in batch:
                 try:
-                    await self.memories.upsert(records)
+                    await self.memories.upsert(write.records)
                 except Exception:
-                    await self._retry_later(msg)
+                    await self._retry_later(write.delivery)
                 else:
-                    await msg.ack()
+                    await write.delivery.ack()
             return
-        for msg, _ in batch:
-            await msg.ack()
+        for write in batch:
+            await write.delivery.ack()
 
-    async def _prepare(self, msg: Msg) -> list[MemoryRecord] | None:
+    async def _prepare(self, delivery: Delivery) -> list[MemoryRecord] | None:
         """The records a queued write makes; a write that can never be stored (a bad body,
         no identity, a refused source) is terminated, logged, and None."""
-        headers = msg.headers or {}
-        ctx = RunContext.from_headers(headers)
-        with self.tracer.start_as_current_span(
-            f"process {subjects.MEMORY_WRITES}",
-            context=extract(headers),
-            kind=SpanKind.CONSUMER,
-            attributes=messaging_attributes(msg.subject, "process", message_size=len(msg.data)),
-        ) as span:
-            try:
-                request = MEMORY_STORE_DECODER.decode(msg.data)
-                return records_to_store(StorageScope.from_context(ctx), request)
-            except Exception as exc:
-                error = as_runbus_error(exc)
-                span.set_status(Status(StatusCode.ERROR, error.message))
-                span.set_attribute("error.type", error.code)
-                if isinstance(error, InternalError):
-                    self.log.exception("memory_write_refused", run_id=ctx.run_id)
-                else:
-                    self.log.warning(
-                        "memory_write_refused",
-                        run_id=ctx.run_id,
-                        code=error.code,
-                        reason=error.message,
-                    )
-                await msg.term()
-                return None
+        ctx = RunContext.from_headers(delivery.headers)
+        try:
+            request = MEMORY_STORE_DECODER.decode(delivery.msg.data)
+            return records_to_store(StorageScope.from_context(ctx), request)
+        except Exception as exc:
+            error = as_runbus_error(exc)
+            span = trace.get_current_span()
+            span.set_status(Status(StatusCode.ERROR, error.message))
+            span.set_attribute("error.type", error.code)
+            if isinstance(error, InternalError):
+                self.log.exception("memory_write_refused", run_id=ctx.run_id)
+            else:
+                self.log.warning(
+                    "memory_write_refused",
+                    run_id=ctx.run_id,
+                    code=error.code,
+                    reason=error.message,
+                )
+            await delivery.term()
+            return None
 
-    async def _retry_later(self, msg: Msg) -> None:
-        delivered = msg.metadata.num_delivered or 1
-        delay = RETRY_DELAYS[min(delivered, len(RETRY_DELAYS)) - 1]
+    async def _retry_later(self, delivery: Delivery) -> None:
+        delay = RETRY_DELAYS[min(delivery.attempt, len(RETRY_DELAYS)) - 1]
         self.log.exception(
             "memory_write_failed",
-            run_id=RunContext.from_headers(msg.headers).run_id,
-            delivery=delivered,
+            run_id=RunContext.from_headers(delivery.headers).run_id,
+            delivery=delivery.attempt,
             retry_in=delay,
         )
-        await msg.nak(delay=delay)
+        await delivery.retry(delay)
 
     async def _settle_writes(self) -> None:
         """Wait (briefly) for writes this replica holds: in its inbox, being stored, or
@@ -464,3 +444,12 @@ def _hit(record: MemoryRecord, score: float) -> MemoryHit:
         agent_id=record.scope.agent_id,
         application_id=record.scope.application_id,
     )
+
+
+class QueuedWrite:
+    """A write handed to the batch writer; `done` is set once it is stored or retried."""
+
+    def __init__(self, delivery: Delivery, records: list[MemoryRecord]) -> None:
+        self.delivery = delivery
+        self.records = records
+        self.done = asyncio.Event()
