@@ -12,6 +12,7 @@ import msgspec
 import nats.errors
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
+from nats.js.api import PubAck
 from opentelemetry.trace import SpanKind, Tracer, set_span_in_context
 
 from . import headers as h
@@ -101,3 +102,13 @@ class Bus:
         headers = ctx.to_headers() if ctx else {}
         inject(headers)
         await self.nc.publish(subject, encode(message), headers=headers)
+
+    async def stream_publish(self, subject: str, data: bytes, headers: dict[str, str]) -> PubAck:
+        """Publish into a JetStream stream and wait for its ack."""
+        return await self.nc.jetstream().publish(subject, data, headers=headers)
+
+    async def stream_publish_async(
+        self, subject: str, data: bytes, headers: dict[str, str]
+    ) -> asyncio.Future[PubAck]:
+        """Publish into a JetStream stream; the ack's future (gather many before going on)."""
+        return await self.nc.jetstream().publish_async(subject, data, headers=headers)

@@ -248,7 +248,7 @@ class BusPorts:
                 headers = ctx.to_headers()
                 headers[MSG_ID] = f"{ctx.run_id}:memory"
                 inject(headers)
-                await self.bus.nc.jetstream().publish(subjects.MEMORY_WRITES, data, headers=headers)
+                await self.bus.stream_publish(subjects.MEMORY_WRITES, data, headers)
         except nats.errors.NoRespondersError:
             # No write stream (a memory service that never started): store it directly.
             await self.bus.request(subjects.MEMORY_STORE, message, MEMORY_STORED_DECODER, ctx=ctx)
@@ -263,8 +263,8 @@ class BusPorts:
         headers = ctx.to_headers()
         headers[MSG_ID] = f"{owned_run(ctx)}:{event_id}"
         inject(headers)
-        ack = await self.bus.nc.jetstream().publish_async(
-            subjects.events(ctx.run_id), encode(event), headers=headers
+        ack = await self.bus.stream_publish_async(
+            subjects.events(ctx.run_id), encode(event), headers
         )
         self._event_acks[owned_run(ctx)].append(ack)
 
