@@ -14,7 +14,7 @@ COMPOSE ?= docker compose
 help: ## Show this list of targets
 	@echo "Usage: make <target>"
 	@echo
-	@awk 'BEGIN { FS = ":.*## " } /^[a-zA-Z0-9_.-]+:.*## / { printf "  %-8s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
+	@awk 'BEGIN { FS = ":.*## " } /^[a-zA-Z0-9_.-]+:.*## / { printf "  %-10s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
 
 .PHONY: uv
 uv: ## Install uv with pip if it is not there yet
@@ -32,19 +32,25 @@ setup: uv ## Create .venv with every package and dev tool, exactly as uv.lock sa
 run: setup ## Run the demo: embedded NATS and the six services, one short conversation
 	$(UV_RUN) runbus demo
 
+FAST = not (chaos or e2e or subprocess or slow or browser or real_model)
+
 .PHONY: test
-test: setup ## Run the test suite
+test: setup ## Run the whole test suite (every lane; pytest exit 5, nothing collected, fails)
 	$(UV_RUN) pytest
+
+.PHONY: test-fast
+test-fast: setup ## The inner loop (under a minute): unit, contract and fast integration tests
+	$(UV_RUN) pytest -q -m "$(FAST)"
 
 .PHONY: chaos
 chaos: setup ## Kill matrix, NATS restart, fuzz and isolation sweep at full size; writes bench/results/chaos.md
 	RUNBUS_CHAOS=full RUNBUS_CHAOS_REPORT=bench/results/chaos.md $(UV_RUN) pytest tests/chaos --timeout 1800
 
 .PHONY: lint
-lint: setup ## Ruff (lint and format check), mypy --strict, codespell, compose and k8s schemas
+lint: setup ## Ruff (lint and format check), mypy --strict (tests/ too), codespell, compose and k8s schemas
 	$(UV_RUN) ruff check .
 	$(UV_RUN) ruff format --check .
-	$(UV_RUN) mypy shared/src services/*/src
+	$(UV_RUN) mypy shared/src services/*/src tests
 	$(UV_RUN) codespell
 	$(UV_RUN) check-jsonschema --builtin-schema vendor.compose-spec compose.yaml compose.cluster.yaml
 	$(UV_RUN) kubernetes-validate --strict -k 1.33.0 $(filter-out %/kustomization.yaml,$(wildcard deploy/k8s/*.yaml))

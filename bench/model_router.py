@@ -38,7 +38,7 @@ from runbus.service import Endpoint, Service
 from runbus.telemetry import create_tracer_provider
 from runbus_model_router.backends import OnDelta
 from runbus_model_router.config import TargetConfig, parse_config
-from runbus_model_router.core import MemoryProvenance, Router
+from runbus_model_router.core import Router
 from runbus_model_router.middleware import Metrics, Tracing
 from runbus_model_router.routing import Target, build_table
 from runbus_model_router.scripted import ScriptedModel, ScriptedReply
@@ -50,6 +50,19 @@ SCRIPTS = {"bench": [ScriptedReply(text=REPLY)]}
 BUDGETS = "[budgets.budgeted]\ntokens_per_day = 1000000000\n"
 PLAIN = RunContext(run_id="r-bench", agent="bench", props={"tenant": "acme", "user_id": "alice"})
 BUDGETED = RunContext(run_id="r-bench", agent="bench", props={"tenant": "budgeted"})
+
+
+class MemoryProvenance:
+    """The router's `Provenance` in a dict: the bench measures the router, not the ledger."""
+
+    def __init__(self) -> None:
+        self.known: dict[str, str] = {}
+
+    def remember(self, message_id: str, family: str) -> None:
+        self.known[message_id] = family
+
+    async def families(self, message_ids: list[str]) -> dict[str, str]:
+        return {m: self.known[m] for m in message_ids if m in self.known}
 
 
 def summary(name: str, samples_s: list[float]) -> tuple[float, float]:

@@ -13,6 +13,17 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from runbus.embedded import EmbeddedNats
 from tests.stack import Stack, start_stack
 
+TESTS = Path(__file__).parent
+LANES = ("chaos", "e2e")
+"""Directories whose every test carries the marker of the same name."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        lane = item.path.relative_to(TESTS).parts[0]
+        if lane in LANES:
+            item.add_marker(lane)
+
 
 @pytest.fixture
 def nats_server(tmp_path: Path) -> Iterator[EmbeddedNats]:

@@ -28,6 +28,7 @@ async def eventually(
     *,
     retrying: tuple[type[BaseException], ...] = ...,
     what: str = ...,
+    interval: float = ...,
 ) -> T: ...
 
 
@@ -38,6 +39,7 @@ async def eventually(
     *,
     retrying: tuple[type[BaseException], ...] = ...,
     what: str = ...,
+    interval: float = ...,
 ) -> T: ...
 
 
@@ -47,6 +49,7 @@ async def eventually(
     *,
     retrying: tuple[type[BaseException], ...] = (),
     what: str = "",
+    interval: float = POLL,
 ) -> T:
     """Wait until `condition()` (sync or async) returns something truthy and return it.
 
@@ -69,7 +72,14 @@ async def eventually(
         if time.monotonic() > deadline:
             name = what or getattr(condition, "__qualname__", repr(condition))
             raise AssertionError(f"{name} not true within {timeout}s; last: {last!r}")
-        await asyncio.sleep(POLL)
+        await asyncio.sleep(interval)
+
+
+async def take_time(seconds: float) -> None:
+    """Let `seconds` pass on purpose: a stand-in for a slow tool or provider, the period of a
+    background reconciliation, a random moment for a disruption. Never to wait for another
+    task or to prove that something did not happen (that is `eventually` on a fact)."""
+    await asyncio.sleep(seconds)
 
 
 def raw_request(run_id: str, text: str, *, agent: str = "travel", session_id: str = "s1") -> bytes:

@@ -1,6 +1,6 @@
 """Start and stop the six services in-process for tests and benchmarks."""
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,7 +50,7 @@ class Stack:
         """Start one more replica (its own connection) and stop it with the stack."""
         nc = await nats.connect(self.url, **self.connect_options)
         self.exit_stack.push_async_callback(_drain, nc)
-        service = service_factory(nc, **kwargs)  # type: ignore[call-arg]
+        service = service_factory(nc, **kwargs)  # type: ignore[arg-type]
         await service.start()
         self.exit_stack.push_async_callback(service.stop)
         return service
@@ -68,7 +68,7 @@ async def start_stack(
     stream_replicas: int = 1,
     request_timeout: float | None = None,
     connect_options: dict[str, object] | None = None,
-    gateway_options: dict[str, object] | None = None,
+    gateway_options: Mapping[str, object] | None = None,
     tool_registries: list[ToolRegistry] | None = None,
 ) -> AsyncIterator[Stack]:
     """The six services in-process. `stream_replicas` goes to every service that creates

@@ -13,13 +13,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
 FULL = os.environ.get("RUNBUS_CHAOS") == "full"
 
 
-def chaos_size(short: int, full: int) -> int:
+N = TypeVar("N", int, float)
+
+
+def chaos_size(short: N, full: N) -> N:
     """How many runs, payloads or kills a case uses: `full` under `make chaos`."""
     return full if FULL else short
 

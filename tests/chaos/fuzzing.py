@@ -317,7 +317,7 @@ async def stored_state(js: JetStreamContext, stack: Stack) -> State:
     """What the stack has stored: each stream's message count and last sequence (every KV
     bucket and the object store are streams too) and the ids of every memory."""
     state: State = {
-        info.config.name: (info.state.messages, info.state.last_seq)
+        str(info.config.name): (info.state.messages, info.state.last_seq)
         for info in await js.streams_info()
         if info.config.name not in VOLATILE
     }

@@ -4,7 +4,6 @@ booking made twice is visible even when the executor that made it was SIGKILLed.
 
 Loaded by the tool_executor processes with `RUNBUS_TOOL_MODULES=tests.chaos.ledger_tools`."""
 
-import asyncio
 import json
 import os
 from datetime import date
@@ -13,6 +12,7 @@ from typing import Annotated
 
 from runbus_tool_executor import travel
 from runbus_tool_executor.registry import FromProp, ToolContext, ToolRegistry
+from tests.helpers import take_time
 
 LEDGER_FILE = "bookings.jsonl"
 
@@ -26,8 +26,9 @@ tools = ToolRegistry()
 @tools.tool()
 async def get_weather(city: travel.City) -> travel.Weather:
     """Current weather for a city (demo data, deterministic)."""
-    await asyncio.sleep(LATENCY)
-    return travel.get_weather(city)
+    await take_time(LATENCY)
+    weather: travel.Weather = travel.get_weather(city)
+    return weather
 
 
 @tools.tool()
@@ -35,8 +36,9 @@ async def search_flights(
     origin: travel.City, destination: travel.City, date: date
 ) -> list[travel.Flight]:
     """Flights between two cities on a date, cheapest first (demo data, deterministic)."""
-    await asyncio.sleep(LATENCY)
-    return travel.search_flights(origin, destination, date)
+    await take_time(LATENCY)
+    flights: list[travel.Flight] = travel.search_flights(origin, destination, date)
+    return flights
 
 
 def ledger_path(data_dir: Path) -> Path:
@@ -51,8 +53,8 @@ async def create_booking(
 ) -> travel.Booking:
     """Book a seat on a flight for the signed-in user."""
     # Half the latency before the booking and half after: a kill may land on either side.
-    await asyncio.sleep(LATENCY / 2)
-    booking = travel.create_booking(flight_id, user_id, context)
+    await take_time(LATENCY / 2)
+    booking: travel.Booking = travel.create_booking(flight_id, user_id, context)
     line = json.dumps({"run_id": context.run_id, "call_id": context.call_id, "pid": os.getpid()})
     # One O_APPEND write per booking: whole lines even with two executors appending, and in
     # the page cache the moment it returns, so a SIGKILL right after loses nothing.
@@ -65,5 +67,5 @@ async def create_booking(
         os.write(fd, (line + "\n").encode())
     finally:
         os.close(fd)
-    await asyncio.sleep(LATENCY / 2)
+    await take_time(LATENCY / 2)
     return booking

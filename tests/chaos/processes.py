@@ -31,6 +31,7 @@ from runbus.settings import load_settings
 from runbus.supervisor import ProcessStack
 from runbus_model_router.scripted import ScriptedReply
 from tests.chaos.ledger_tools import ledger_path
+from tests.helpers import eventually, take_time
 from tests.integration.model_provider import (
     LoopbackProvider,
     Reply,
@@ -289,19 +290,18 @@ class Load:
     async def _publish(self, run_id: str, deadline: float) -> None:
         # A publish during a NATS outage fails or loses its ack; the same run id again is
         # safe, JetStream keeps one copy.
-        while True:
-            try:
-                await self.chaos.client.start(
-                    AGENTS[int(run_id.rpartition("-r")[2]) % len(AGENTS)],
-                    "I live in Perth. Book the cheapest flight.",
-                    session_id=self.session_id(run_id),
-                    run_id=run_id,
-                )
-                return
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise
-                await asyncio.sleep(0.5)
+        async def accepted() -> bool:
+            await self.chaos.client.start(
+                AGENTS[int(run_id.rpartition("-r")[2]) % len(AGENTS)],
+                "I live in Perth. Book the cheapest flight.",
+                session_id=self.session_id(run_id),
+                run_id=run_id,
+            )
+            return True
+
+        await eventually(
+            accepted, max(0.0, deadline - time.monotonic()), retrying=(Exception,), interval=0.5
+        )
 
     async def _on_event(self, msg: Msg) -> None:
         event = _EVENT.decode(msg.data)
@@ -311,7 +311,7 @@ class Load:
     async def _poll_stream(self) -> None:
         js = self.chaos.nc.jetstream()
         while True:
-            await asyncio.sleep(2.0)
+            await take_time(2.0)  # the period of this fallback for missed final events
             for run_id, done in self._done.items():
                 if done.is_set() or run_id not in self.run_ids[: self.started]:
                     continue
@@ -330,7 +330,7 @@ async def disrupt_at(
     in_flight = []
     for point in sorted(points):
         await load.reached(point)
-        await asyncio.sleep(random.uniform(0.0, 0.1))
+        await take_time(random.uniform(0.0, 0.1))
         in_flight.append(load.in_flight_now())
         await disruption()
     return in_flight
@@ -425,13 +425,16 @@ async def settled(chaos: ChaosStack, timeout: float) -> int:
     `timeout`. A run's final event can be out while its request is not yet acked: a NATS
     outage may swallow the ack or nak, and JetStream redelivers it after the ack wait."""
     js = chaos.nc.jetstream()
-    deadline = time.monotonic() + timeout
-    while True:
-        with contextlib.suppress(Exception):
-            left = (await js.stream_info(subjects.RUNS_STREAM)).state.messages
-            if left == 0 or time.monotonic() > deadline:
-                return left
-        await asyncio.sleep(0.5)
+    left = -1
+
+    async def empty() -> bool:
+        nonlocal left
+        left = (await js.stream_info(subjects.RUNS_STREAM)).state.messages
+        return left == 0
+
+    with contextlib.suppress(AssertionError):
+        await eventually(empty, timeout, retrying=(Exception,), interval=0.5)
+    return left
 
 
 async def count(chaos: ChaosStack, run_ids: list[str], *, unsettled: int = 0) -> Counts:

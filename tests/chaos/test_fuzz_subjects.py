@@ -4,6 +4,7 @@ broken headers). Each one gets a typed error or a valid reply, nothing is stored
 that was refused or only reads, and every service still answers afterwards."""
 
 import asyncio
+import contextlib
 import json
 from collections import Counter
 from typing import Final
@@ -27,7 +28,7 @@ from tests.chaos.fuzzing import (
     stored_state,
     targets,
 )
-from tests.helpers import publish_and_collect, raw_request
+from tests.helpers import eventually, publish_and_collect, raw_request
 from tests.stack import SERVICE_NAMES, Stack
 
 PAYLOADS: Final = chaos_size(12, 100)
@@ -228,8 +229,7 @@ async def test_hostile_run_requests_each_end_in_a_typed_run_failed_or_a_complete
         problems.append(f"{len(finals) - len(done)} run requests got no final event")
     finally:
         await subscription.unsubscribe()
-    await asyncio.sleep(0.5)  # let the last acks and records land
-    after = await stored_state(js, stack)
+    after = await _settle(js, stack, await stored_state(js, stack))
     for event in done:
         tally["payloads"] += 1
         if isinstance(event, RunCompleted):
@@ -253,15 +253,20 @@ async def test_hostile_run_requests_each_end_in_a_typed_run_failed_or_a_complete
     await _assert_every_service_still_answers(nc)
 
 
-async def _settle(js: JetStreamContext, stack: Stack, state: State) -> None:
+async def _settle(js: JetStreamContext, stack: Stack, state: State) -> State:
     """Wait until what accepted requests store in the background has landed: the router's
     usage ledger (flushed now rather than at its interval), then anything still moving."""
     await stack.services["model_router"].ledger.flush()  # type: ignore[attr-defined]
-    for _ in range(40):
-        await asyncio.sleep(0.05)
-        if (latest := await stored_state(js, stack)) == state:
-            return
-        state = latest
+
+    async def unchanged() -> bool:
+        nonlocal state
+        latest = await stored_state(js, stack)
+        same, state = latest == state, latest
+        return same
+
+    with contextlib.suppress(AssertionError):
+        await eventually(unchanged, 2.0, interval=0.05)
+    return state
 
 
 def _with_run_id(body: bytes, run_id: str) -> tuple[bytes, str]:

@@ -10,6 +10,7 @@ from pathlib import Path
 from runbus.embedded import EmbeddedNats
 from tests.chaos.conftest import ChaosReport, chaos_size
 from tests.chaos.processes import Load, chaos_stack, count, disrupt_at, kill_points, settled, where
+from tests.helpers import take_time
 
 RUNS = chaos_size(8, 100)
 IN_FLIGHT = chaos_size(4, 8)
@@ -44,7 +45,7 @@ async def test_nats_restart_mid_load_services_reconnect_and_every_run_completes_
             async def restart() -> None:
                 down = time.monotonic()
                 await asyncio.to_thread(server.stop)
-                await asyncio.sleep(DOWN_FOR)
+                await take_time(DOWN_FOR)  # the outage
                 await asyncio.to_thread(server.start)
                 outages.append(time.monotonic() - down)
 

@@ -4,7 +4,6 @@ try every client-API operation and the run queue with every id alice has and ids
 guess. Counted: requests, denials, leaks (anything of alice's in a reply, a denial that tells
 her ids from missing ones, or her state changed). Expected: zero leaks."""
 
-import asyncio
 import json
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -41,7 +40,7 @@ from runbus.messages.sessions import (
 from runbus_gateway.agents import load_agents
 from runbus_model_router.service import default_routes
 from tests.chaos.conftest import ChaosReport
-from tests.helpers import approval_requested, publish_and_collect, raw_request
+from tests.helpers import approval_requested, eventually, publish_and_collect, raw_request
 from tests.models import GatedModel, call, text
 from tests.stack import Stack, start_stack
 
@@ -118,13 +117,12 @@ async def _alice_owns_things(alice: RunbusClient) -> Alice:
     )
     run_id = await alice.start("booker", "Book QF412 in business", session_id="s-alice-2")
     approval = (run_id, (await approval_requested(alice, run_id, timeout=30)).call_id)
-    memories: list[str] = []
-    for _ in range(100):  # the memory write is queued at the end of the run
+
+    async def remembered() -> list[str]:  # the memory write is queued at the end of the run
         listed = await alice.call("memory.list", MemoryList(), MEMORY_LISTED_DECODER)
-        if memories := [m.memory_id for m in listed.memories]:
-            break
-        await asyncio.sleep(0.1)
-    assert memories, "alice's statement was not remembered"
+        return [m.memory_id for m in listed.memories]
+
+    memories = await eventually(remembered, what="alice's statement remembered")
     exported = await alice.call(
         "sessions.export", SessionExport(session_id="s-alice"), SESSION_EXPORTED_DECODER
     )
@@ -151,8 +149,8 @@ async def _alice_view(alice: RunbusClient, owned: Alice) -> object:
         )
         view += [info.record, loaded.messages]
     for run_id in owned.runs:
-        info = await alice.call("runs.get", RunGet(run_id=run_id), RUN_INFO_DECODER)
-        view.append((info.record.status, info.record.updated_at))
+        run = await alice.call("runs.get", RunGet(run_id=run_id), RUN_INFO_DECODER)
+        view.append((run.record.status, run.record.updated_at))
     listed = await alice.call("memory.list", MemoryList(), MEMORY_LISTED_DECODER)
     view.append(sorted(m.memory_id for m in listed.memories))
     return msgspec.json.encode(view)
@@ -190,7 +188,12 @@ def _probes(owned: Alice, attacker: str) -> list[Probe]:
         ((run_id, "c-guess"), True),
         (("r-1", call_id), False),
     ]:
-        body = {"type": "approvals.decide", "run_id": r, "call_id": c, "decision": "denied"}
+        body: dict[str, object] = {
+            "type": "approvals.decide",
+            "run_id": r,
+            "call_id": c,
+            "decision": "denied",
+        }
         probes.append(("approvals.decide", body, hers))
     for memory_id, hers in memories:
         body = {"type": "memory.forget", "memory_ids": [memory_id]}

@@ -170,14 +170,15 @@ def test_compose_sets_replicas_and_a_discovery_health_check_on_every_service() -
     for name in SERVICES:
         assert services[name]["deploy"]["replicas"] >= 1, name
         check = services[name]["healthcheck"]
-        assert check["test"] == ["CMD", "runbus", "status", "--ping", name]
+        assert check["test"] == ["CMD", "runbus", "status", "--ping", name, "--local"]
         assert {"interval", "timeout", "retries", "start_period"} <= set(check)
 
 
 def test_the_health_check_command_is_a_runbus_cli_command() -> None:
-    args = build_parser().parse_args(["status", "--ping", "gateway"])
+    args = build_parser().parse_args(["status", "--ping", "gateway", "--local"])
 
     assert args.ping == "gateway"
+    assert args.local
     assert args.handler.__module__ == "runbus.commands.status"
 
 
@@ -350,7 +351,7 @@ def test_every_service_container_has_startup_readiness_and_liveness_probes() -> 
         (container,) = deployment["spec"]["template"]["spec"]["containers"]
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
             command = container[probe]["exec"]["command"]
-            assert command == ["runbus", "status", "--ping", service], (service, probe)
+            assert command == ["runbus", "status", "--ping", service, "--local"], (service, probe)
             assert container[probe]["timeoutSeconds"] >= 5
 
 

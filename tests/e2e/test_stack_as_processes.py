@@ -14,7 +14,7 @@ from nats.aio.client import Client as NATS
 
 from runbus.settings import load_settings
 from runbus.supervisor import ProcessStack
-from tests.helpers import publish_and_collect, raw_request, types
+from tests.helpers import eventually, publish_and_collect, raw_request, types
 from tests.otlp_receiver import OtlpReceiver, otlp_receiver
 from tests.stack import SERVICE_NAMES
 
@@ -79,17 +79,16 @@ async def test_run_is_one_trace_in_the_otlp_receiver_across_all_six_services(
     )
     assert types(events)[-1] == "run.completed"
 
-    spans: list = []
-    for _ in range(100):
+    def whole_trace() -> list:  # type: ignore[type-arg]
         roots = [s for s in receiver[0].snapshot() if s.attributes.get("runbus.run_id") == "r-otlp"]
-        if roots:
-            trace_id = roots[0].trace_id
-            spans = [s for s in receiver[0].snapshot() if s.trace_id == trace_id]
-            complete = {s.service for s in spans} == set(SERVICE_NAMES)
-            # The run's root span ends last (after the ack), so it may come in a later batch.
-            if complete and any(not s.parent_span_id for s in spans):
-                break
-        await asyncio.sleep(0.05)
+        if not roots:
+            return []
+        spans = [s for s in receiver[0].snapshot() if s.trace_id == roots[0].trace_id]
+        complete = {s.service for s in spans} == set(SERVICE_NAMES)
+        # The run's root span ends last (after the ack), so it may come in a later batch.
+        return spans if complete and any(not s.parent_span_id for s in spans) else []
+
+    spans = await eventually(whole_trace, 5)
 
     assert {s.service for s in spans} == set(SERVICE_NAMES)
     ids = {s.span_id for s in spans}

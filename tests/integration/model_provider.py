@@ -7,7 +7,7 @@ import contextlib
 import json
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +31,7 @@ from runbus.messages.model import MODEL_RESPONSE_DECODER
 from runbus_model_router.backends import ModelBackend
 from runbus_model_router.config import parse_config
 from runbus_model_router.service import ModelRouterService, default_routes
+from tests.helpers import take_time
 
 STATUS_TEXT = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 429: "Too Many Requests"}
 
@@ -144,7 +145,7 @@ class LoopbackProvider:
     def __init__(self, name: str = "loopback") -> None:
         self.name = name
         self.replies: deque[Reply] = deque()
-        self.default = lambda: text_reply("Hello from the loopback provider.")
+        self.default: Callable[[], Reply] = lambda: text_reply("Hello from the loopback provider.")
         self.requests: list[dict[str, Any]] = []
         self.arrivals: list[float] = []
         """`time.monotonic()` of each request."""
@@ -217,7 +218,7 @@ class LoopbackProvider:
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
             if reply.delay:
-                await asyncio.sleep(reply.delay)
+                await take_time(reply.delay)
             if reply.status != 200:
                 error = {"error": {"message": reply.error, "type": "loopback", "code": None}}
                 await self._send_json(writer, reply.status, error, reply.headers)
@@ -264,7 +265,7 @@ class LoopbackProvider:
             if index == 0:
                 self.first_chunk_sent.set()
             if reply.chunk_delay:
-                await asyncio.sleep(reply.chunk_delay)
+                await take_time(reply.chunk_delay)
         writer.write(b"0\r\n\r\n")
         await writer.drain()
 

@@ -160,7 +160,7 @@ async def test_policy_terminate_stops_the_loop_and_answers_every_call_of_the_bat
         loaded = await alice.call(
             "history.load", HistoryLoad(session_id="term"), HISTORY_LOADED_DECODER
         )
-        model.replies = lambda request, step: text("Next run works.")  # type: ignore[assignment]
+        model.replies = lambda request, step: text("Next run works.")
         after = await alice.run("travel", "Anything else?", session_id="term")
 
     assert len(model.requests) == 2  # the terminated run's only call, then the next run's

@@ -19,7 +19,7 @@ from runbus import subjects
 from runbus.embedded import EmbeddedNatsCluster
 from runbus.jetstream import open_bucket
 from runbus.runner import connect
-from tests.helpers import raw_request
+from tests.helpers import eventually, raw_request
 from tests.stack import Stack, start_stack
 
 RUNS: Final = 50
@@ -32,6 +32,8 @@ STOP_WITHIN: Final = 45.0
 """Seconds the six services may take to drain and stop after the test."""
 # What a service process uses (runbus.runner.connect): reconnect forever, quickly.
 RECONNECT: Final[dict[str, object]] = {"max_reconnect_attempts": -1, "reconnect_time_wait": 0.5}
+
+pytestmark = pytest.mark.slow  # three-node clusters, elections and node stops
 
 
 @pytest.fixture
@@ -71,31 +73,31 @@ async def publish_run(js: JetStreamContext, run_id: str) -> None:
     """Publish until JetStream acknowledges; a repeat is dropped by `Nats-Msg-Id`."""
     body = raw_request(run_id, f"Weather in Hobart? ({run_id})", session_id=f"s-{run_id}")
     headers = {"Nats-Msg-Id": run_id, "rb-auth": "Bearer dev-alice"}
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 30
-    while loop.time() < deadline:
-        try:
-            await js.publish(subjects.runs("travel"), body, headers=headers, timeout=2)
-            return
-        except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
-            await asyncio.sleep(0.1)
-    raise AssertionError(f"JetStream did not acknowledge {run_id} within 30s")
+    await eventually(
+        lambda: js.publish(subjects.runs("travel"), body, headers=headers, timeout=2),
+        30,
+        retrying=(nats.errors.TimeoutError, nats.errors.NoRespondersError),
+        what=f"JetStream's acknowledgement of {run_id}",
+    )
 
 
 async def final_event(js: JetStreamContext, run_id: str, timeout: float = 60.0) -> str:
     """The type of the run's terminal event, read back from the events stream."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while loop.time() < deadline:
-        try:
-            last = await js.get_last_msg(subjects.EVENTS_STREAM, subjects.events(run_id))
-            kind: str = json.loads(last.data or b"{}").get("type", "")
-            if kind in ("run.completed", "run.failed"):
-                return kind
-        except (nats.errors.Error, nats.js.errors.Error, TimeoutError):
-            pass  # no event yet, or the stream is electing a leader
-        await asyncio.sleep(0.1)
-    return "none"
+
+    async def final() -> str:
+        last = await js.get_last_msg(subjects.EVENTS_STREAM, subjects.events(run_id))
+        kind: str = json.loads(last.data or b"{}").get("type", "")
+        return kind if kind in ("run.completed", "run.failed") else ""
+
+    try:  # no event yet, or the stream is electing a leader: not yet
+        return await eventually(
+            final,
+            timeout,
+            retrying=(nats.errors.Error, nats.js.errors.Error, TimeoutError),
+            interval=0.1,
+        )
+    except AssertionError:
+        return "none"
 
 
 async def event_counts(nc: NATS) -> dict[str, Counter[str]]:

@@ -272,6 +272,7 @@ BUDGET = 1200
 TURNS = 60
 
 
+@pytest.mark.slow
 async def test_a_60_turn_session_stays_under_the_agents_budget_on_every_model_call(
     nats_server: EmbeddedNats, nc: NATS, tmp_path: Path
 ) -> None:

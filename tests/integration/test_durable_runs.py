@@ -40,6 +40,7 @@ def _invocations(stack: Stack, tool: str) -> int:
     return sum(e.num_requests for e in service._micro.stats().endpoints if e.name.endswith(tool))
 
 
+@pytest.mark.slow
 async def test_run_of_a_dead_gateway_resumes_elsewhere_without_repeating_finished_steps(
     nats_server: EmbeddedNats, tmp_path: Path, alice: RunbusClient
 ) -> None:
@@ -98,6 +99,7 @@ async def test_a_late_client_replays_every_event_in_order_and_can_resume_after_a
     assert any(isinstance(e, RunTextDelta) for e in live)
 
 
+@pytest.mark.slow
 async def test_a_poison_run_ends_in_the_dead_letters_and_does_not_block_others(
     nats_server: EmbeddedNats, tmp_path: Path, alice: RunbusClient
 ) -> None:
@@ -133,7 +135,7 @@ async def test_a_poison_run_ends_in_the_dead_letters_and_does_not_block_others(
     assert dead.headers is not None
     assert dead.headers["rb-error"] == "internal"
     assert "rb-auth" not in dead.headers
-    assert b'"run_id":"' + poison.encode() in dead.data
+    assert b'"run_id":"' + poison.encode() in (dead.data or b"")
 
 
 async def test_a_replica_never_runs_more_than_its_limit(

@@ -6,7 +6,7 @@ import io
 import json
 import os
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -25,6 +25,7 @@ from runbus.messages.runs import RUN_EVENT_DECODER
 from runbus_gateway.agents import load_agents
 from runbus_gateway.ingress.server import listening
 from runbus_gateway.ingress.sse import event_type
+from tests.helpers import eventually
 from tests.models import GatedModel, weather_then_answer
 from tests.stack import Stack, start_stack
 
@@ -125,6 +126,7 @@ async def test_an_sse_client_sees_the_same_events_as_a_bus_client_byte_for_byte(
     assert {"run.tool_call", "run.tool_result", "run.text_delta"} <= set(types)
 
 
+@pytest.mark.slow
 async def test_replay_after_a_sequence_returns_exactly_the_later_events_then_ends(
     http: aiohttp.ClientSession, alice: RunbusClient
 ) -> None:
@@ -250,7 +252,8 @@ async def test_cancel_ends_a_running_run_and_its_stream(
         async with http.post("/v1/runs", json=body, headers=ALICE) as response:
             stream = asyncio.create_task(read_sse(response, comments))
             await asyncio.wait_for(model.reached.wait(), 20)
-            await asyncio.sleep(0.5)  # the run is idle while its model call waits
+            # The run is idle while its model call waits: the stream still shows life.
+            await eventually(lambda: len(comments) >= 2)
             async with http.post("/v1/runs/r-cancel/cancel", headers=ALICE) as cancel:
                 cancel_status = cancel.status
                 before = await cancel.json()
@@ -311,7 +314,7 @@ async def test_a_client_that_hangs_up_mid_run_does_not_stop_the_run_and_can_resu
                 await asyncio.wait_for(model.reached.wait(), 20)
                 response.close()  # the client hangs up while the run waits on its model
             # Its handler ends (and stops following the run) without waiting for an event.
-            await _until(lambda: any(e["event"] == "http_stream_closed" for e in logs))
+            await eventually(lambda: any(e["event"] == "http_stream_closed" for e in logs))
         seen_id = first.split(b"\n")[0].removeprefix(b"id: ").decode()
         resume = {**ALICE, "Last-Event-ID": seen_id}
         async with http.get("/v1/runs/r-gone/events", headers=resume) as response:
@@ -331,12 +334,7 @@ async def _collect(items: AsyncIterator[SequencedEvent]) -> list[SequencedEvent]
     return [item async for item in items]
 
 
-async def _until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not condition():  # noqa: ASYNC110 - a log line is not an event to wait on
-            await asyncio.sleep(0.02)
-
-
+@pytest.mark.subprocess
 async def test_runbus_http_serves_runs_as_its_own_process(
     stack: Stack, nats_server: EmbeddedNats, tmp_path: Path
 ) -> None:

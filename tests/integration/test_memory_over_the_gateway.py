@@ -151,6 +151,7 @@ async def cli(url: str, token: str, *args: str) -> Any:
     return json.loads(out)
 
 
+@pytest.mark.subprocess
 async def test_runbus_memory_lists_searches_and_forgets_only_the_callers_memories(
     provider: LoopbackProvider, nc: NATS, nats_server: EmbeddedNats
 ) -> None:

@@ -36,6 +36,7 @@ from runbus_memory.embedder import HashingEmbedder
 from runbus_memory.errors import EmbedderMismatch
 from runbus_memory.remote import OpenAIEmbedder
 from runbus_memory.service import MemoryService
+from tests.helpers import eventually
 
 from .memory_embeddings import embeddings_provider
 
@@ -139,14 +140,14 @@ class Memory:
     async def settled(self, timeout: float = 10.0) -> None:
         """Until no write is waiting in the stream or unacknowledged."""
         js = self.nc.jetstream()
-        async with asyncio.timeout(timeout):
-            while True:
-                info = await js.consumer_info(
-                    subjects.MEMORY_WRITES_STREAM, subjects.MEMORY_WRITES_CONSUMER
-                )
-                if not info.num_pending and not info.num_ack_pending:
-                    return
-                await asyncio.sleep(0.02)
+
+        async def drained() -> bool:
+            info = await js.consumer_info(
+                subjects.MEMORY_WRITES_STREAM, subjects.MEMORY_WRITES_CONSUMER
+            )
+            return not info.num_pending and not info.num_ack_pending
+
+        await eventually(drained, timeout)
 
 
 class Deployment:

@@ -37,7 +37,7 @@ def cluster(tmp_path: Path) -> Iterator[EmbeddedNatsCluster]:
 
 @pytest.fixture
 async def memory(cluster: EmbeddedNatsCluster, tmp_path: Path) -> AsyncIterator[MemoryService]:
-    nc = await nats.connect(cluster.urls, **RECONNECT)  # type: ignore[arg-type]
+    nc = await nats.connect(cluster.urls, **RECONNECT)
     embedder = HashingEmbedder()
     service = MemoryService(
         nc,
@@ -68,7 +68,7 @@ async def _write(nc: NATS, index: int) -> None:
 async def test_the_write_consumer_keeps_storing_across_a_lost_quorum(
     cluster: EmbeddedNatsCluster, memory: MemoryService
 ) -> None:
-    nc = await nats.connect(cluster.urls, **RECONNECT)  # type: ignore[arg-type]
+    nc = await nats.connect(cluster.urls, **RECONNECT)
     scope = StorageScope.from_context(ALICE)
     try:
         await _write(nc, 1)

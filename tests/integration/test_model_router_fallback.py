@@ -10,6 +10,7 @@ from nats.aio.client import Client as NATS
 from runbus import subjects
 from runbus.embedded import EmbeddedNats
 from runbus.headers import RunContext
+from tests.helpers import eventually
 from tests.integration.model_provider import (
     Reply,
     answer,
@@ -202,7 +203,7 @@ async def test_the_breaker_opens_after_n_failures_and_closes_after_the_cooldown(
             assert breaker.state == "open"
             await answer(nc, ask("while open"))
             skipped = len(primary.requests)
-            await asyncio.sleep(0.5)
+            await eventually(lambda: breaker.state == "half_open")  # the cooldown is over
             probe = await answer(nc, ask("after the cooldown"))
             closed = breaker.state
             await answer(nc, ask("closed again"))

@@ -2,6 +2,7 @@
 valid credentials, reuse alice's run id, decide her approval, cancel and read her run; each
 gets `conflict` or `not_found`, and alice's run, record, events and booking stay hers."""
 
+import functools
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -160,7 +161,7 @@ async def test_another_owner_can_neither_reuse_nor_steer_a_run_id_and_alice_book
         # Past the dedupe window the re-published id reaches the gateway: a conflict, for the
         # requester only, from a user of the same tenant and from another tenant.
         for client in (bob, carol):
-            await eventually(lambda c=client: _publish_as(c, run_id, msg_id=run_id), timeout=10)
+            await eventually(functools.partial(_publish_as, client, run_id, msg_id=run_id), 10)
         conflicts = {
             name: await _own_failure(users[name], name, run_id) for name in ("bob", "carol")
         }

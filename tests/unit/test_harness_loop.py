@@ -68,12 +68,6 @@ def test_the_loop_stops_at_its_bound_whatever_the_evaluators_say() -> None:
     )
 
 
-def test_a_pending_approval_stops_the_loop() -> None:
-    decision = decide([TodosOpen()], context(bag(*OPEN)), approval_pending=True)
-
-    assert decision == Stop(reason="approval_pending")
-
-
 def test_an_evaluator_for_execute_mode_waits_while_the_agent_plans() -> None:
     only_execute = TodosOpen(only_in_execute=True)
 
@@ -110,9 +104,6 @@ def test_the_harness_loops_only_when_loop_mode_is_on() -> None:
     assert off.next_pass(bag(*OPEN), iteration=1, answer="") == Stop(reason="done")
     assert isinstance(on.next_pass(bag(*OPEN), iteration=1, answer=""), Continue)
     assert on.next_pass(bag(*OPEN), iteration=2, answer="") == Stop(reason="iteration_cap")
-    assert on.next_pass(bag(*OPEN), iteration=1, answer="", approval_pending=True) == Stop(
-        reason="approval_pending"
-    )
 
 
 def test_the_harness_reads_the_mode_with_the_agents_default() -> None:

@@ -2,6 +2,7 @@
 adds to the prompt and where, and the refusal before any model call."""
 
 import tomllib
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from runbus import modes as stored_modes
 from runbus.headers import RunContext
 from runbus.messages import ChatMessage, FunctionCallContent, FunctionResultContent, TextContent
+from runbus_gateway.agents import load_agents
 from runbus_gateway.errors import GatewayConfigError
 from runbus_gateway.harness import Harness, HarnessConfig, SessionState, with_context
 from runbus_gateway.harness.errors import StateInvalid
@@ -119,10 +121,12 @@ def test_a_full_harness_table_decodes_into_a_working_harness() -> None:
     ],
 )
 def test_a_bad_harness_table_fails_the_agent_file_naming_the_problem(
-    table: str, complaint: str
+    table: str, complaint: str, tmp_path: Path
 ) -> None:
-    with pytest.raises(msgspec.ValidationError) as raised:
-        decode(f"[harness]\n{table}\n")
+    (tmp_path / "bad.toml").write_text(f'name = "bad"\nmodel = "offline"\n[harness]\n{table}\n')
+
+    with pytest.raises(GatewayConfigError) as raised:
+        load_agents(tmp_path)
 
     assert complaint in str(raised.value)
     assert "$.harness" in str(raised.value)

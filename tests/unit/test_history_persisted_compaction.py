@@ -31,6 +31,7 @@ from runbus.messages.compaction import (
     TurnsExceed,
 )
 from runbus.messages.history import HistoryCompaction
+from runbus.messages.sessions import StoredCompaction
 from runbus_compaction.strategies import compact
 from runbus_gateway.loop import Checkpointer, persisted_compaction
 from runbus_history import core
@@ -81,7 +82,7 @@ class Stored:
     def originals(self) -> list[ChatMessage]:
         return core.loaded([e for e in self.entries if isinstance(e, core.StoredBatch)])
 
-    def document(self) -> tuple[list[ChatMessage], list[core.StoredCompaction]]:
+    def document(self) -> tuple[list[ChatMessage], list[StoredCompaction]]:
         """What export writes (stream sequence = position + 1)."""
         return core.document_history(
             [(n + 1, e) for n, e in enumerate(self.entries) if isinstance(e, core.StoredBatch)],
@@ -90,7 +91,7 @@ class Stored:
 
     @classmethod
     def imported(
-        cls, messages: list[ChatMessage], compactions: list[core.StoredCompaction], chunk: int
+        cls, messages: list[ChatMessage], compactions: list[StoredCompaction], chunk: int
     ) -> "Stored":
         """What import writes from a document."""
         stored = cls()

@@ -2,7 +2,7 @@
 
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -114,13 +114,14 @@ async def test_latency_and_tokens_are_recorded_as_gen_ai_client_metrics() -> Non
         m.name: m for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics
     }
     (duration,) = metrics["gen_ai.client.operation.duration"].data.data_points
+    assert isinstance(duration, HistogramDataPoint)
     assert duration.count == 1
     assert duration.attributes is not None
     assert duration.attributes["gen_ai.request.model"] == "small"
     tokens = {
         p.attributes["gen_ai.token.type"]: p.sum
         for p in metrics["gen_ai.client.token.usage"].data.data_points
-        if p.attributes is not None
+        if isinstance(p, HistogramDataPoint) and p.attributes is not None
     }
     assert tokens == {
         "input": response.usage.input_tokens,

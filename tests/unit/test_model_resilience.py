@@ -1,5 +1,9 @@
 """Per-target protection: the circuit breaker's states, the token bucket's pace, the cap."""
 
+# mypy narrows `breaker.state` (a property) after the first comparison and then calls the
+# next one, after the breaker changed, unreachable.
+# mypy: disable-error-code="comparison-overlap, unreachable"
+
 import asyncio
 import time
 
@@ -125,7 +129,7 @@ async def test_the_guard_never_lets_more_than_its_cap_in_at_once() -> None:
         nonlocal highest
         async with guard.slot(10):
             highest = max(highest, guard.in_flight)
-            await asyncio.sleep(0.001)
+            await asyncio.sleep(0)  # let the other calls try for a slot while this one holds it
 
     await asyncio.gather(*(call() for _ in range(20)))
 

@@ -37,6 +37,7 @@ from runbus.messages.tools import ApprovalGrant, ApprovalRequest, ToolInvoked
 from runbus_gateway.agents import AgentSpec, CompactionPolicy, MemoryPolicy
 from runbus_gateway.errors import MaxIterationsExceeded
 from runbus_gateway.loop import RunPorts, execute_run
+from tests.helpers import take_time
 
 RUN_ID = "r-1"
 CTX = RunContext(
@@ -120,7 +121,7 @@ class RecordingPorts:
         self.append_error = append_error
         self.hops: list[str] = []
         self.events: list[RunEvent] = []
-        self.searches: list[tuple[str, SearchScope, int]] = []
+        self.searches: list[tuple[str, SearchScope | list[str], int]] = []
         self.listed: list[list[str]] = []
         self.budgets: list[int | None] = []
         self.prompts: list[list[ChatMessage]] = []
@@ -242,7 +243,7 @@ class RecordingPorts:
         self.hops.append("append_history")
         if release:
             self.releases.append(history_length)
-        await asyncio.sleep(self.append_delay)
+        await take_time(self.append_delay)
         if self.append_error is not None:
             raise self.append_error
         self.appended.extend(messages)
@@ -517,8 +518,13 @@ async def test_parallel_tool_calls_are_invoked_concurrently() -> None:
 
 
 async def test_results_of_parallel_calls_keep_the_order_of_the_calls() -> None:
+    second_done = asyncio.Event()
+
     async def slower_first(call: FunctionCallContent) -> str:
-        await asyncio.sleep(0.03 if call.call_id == "c0" else 0)
+        if call.call_id == "c0":
+            await second_done.wait()  # the first call finishes last
+        else:
+            second_done.set()
         return call.call_id
 
     ports = RecordingPorts(

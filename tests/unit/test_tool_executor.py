@@ -28,6 +28,7 @@ from runbus_tool_executor.middleware import (
     approval_digest,
 )
 from runbus_tool_executor.registry import FromProp, ToolContext, ToolRegistry
+from tests.helpers import eventually, take_time
 
 ALICE = RunContext(
     run_id="r-1", session_id="s1", agent="travel", props={"user_id": "alice", "tenant": "acme"}
@@ -88,7 +89,8 @@ def hang_in_a_thread() -> str:
 @registry.tool(timeout=5.0)
 async def slow(seconds: float) -> str:
     """Takes its time."""
-    await asyncio.sleep(seconds)
+    ran["slow"] += 1
+    await take_time(seconds)
     return "done"
 
 
@@ -423,8 +425,17 @@ async def test_a_started_call_within_its_lease_is_waited_for_not_reported_unknow
         result=FunctionResultContent(call_id="call-1", result={"paid": True}),
     )
 
+    reads: list[str] = []
+    get = store.get
+
+    async def counting_get(key: str) -> tuple[CallRecord, int] | None:
+        reads.append(key)
+        return await get(key)
+
+    store.get = counting_get  # type: ignore[method-assign]
+
     async def finish_elsewhere() -> None:
-        await asyncio.sleep(0.1)
+        await eventually(lambda: reads)  # the executor found the call started elsewhere
         await store.finish(key, done)
 
     finishing = asyncio.create_task(finish_elsewhere())
@@ -487,7 +498,7 @@ async def test_cancelling_a_run_stops_its_calls_and_only_its_calls() -> None:
     other = RunContext(run_id="r-2", props=ALICE.props)
     mine = asyncio.create_task(call(ex, "slow", {"seconds": 3}))
     theirs = asyncio.create_task(call(ex, "slow", {"seconds": 0.3}, ctx=other))
-    await asyncio.sleep(0.05)
+    await eventually(lambda: ran["slow"] == 2)
 
     cancelled = ex.cancel_run("r-1")
 

@@ -50,7 +50,7 @@ def explode(reason: str) -> None:
 @registry.tool(timeout=0.05)
 async def stall() -> str:
     """Never finishes in time."""
-    await asyncio.sleep(5)
+    await asyncio.Event().wait()
     return "too late"
 
 

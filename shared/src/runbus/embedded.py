@@ -203,6 +203,7 @@ class EmbeddedNatsCluster:
         self.nodes[index].stop()
 
     def restart_node(self, index: int) -> None:
+        """Start a stopped node again, on its own ports and store (it rejoins the cluster)."""
         self.nodes[index].start()
 
     def stop(self) -> None:

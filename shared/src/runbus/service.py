@@ -23,6 +23,7 @@ from . import __version__
 from . import headers as h
 from .bus import Bus
 from .errors import BadRequest, DeadlineExceeded, InternalError, RunbusError, Unavailable
+from .instance import instance_metadata
 from .messages import ErrorReply, encode
 from .telemetry import extract, messaging_attributes, start_span
 
@@ -108,6 +109,7 @@ class Service:
             version=__version__,
             description=self.description,
             queue_group=self.name,
+            metadata=instance_metadata(),
         )
         for endpoint in self.endpoints():
             await self._micro.add_endpoint(

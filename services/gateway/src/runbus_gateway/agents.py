@@ -19,6 +19,7 @@ from runbus.messages.sessions import ConcurrencyPolicy
 
 from .errors import GatewayConfigError
 from .harness.config import HarnessConfig
+from .harness.runtime import Harness
 
 
 class MemoryPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -142,6 +143,12 @@ def load_agents(folder: Path | None = None) -> dict[str, AgentSpec]:
             agent = msgspec.structs.replace(agent, compaction=compaction)
         except (tomllib.TOMLDecodeError, msgspec.ValidationError) as exc:
             raise GatewayConfigError(f"agent file {str(file)!r}: {exc}") from None
+        try:
+            # The table is well-formed; whether its plug-ins and program exist is the
+            # harness's to say (the gateway builds the same harness again at start).
+            Harness.from_config(agent.harness)
+        except GatewayConfigError as exc:
+            raise GatewayConfigError(f"agent file {str(file)!r}: {exc} - at `$.harness`") from None
         if agent.name in agents:
             raise GatewayConfigError(f"agent {agent.name!r} is defined twice")
         agents[agent.name] = agent

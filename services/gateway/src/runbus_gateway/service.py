@@ -23,7 +23,7 @@ from runbus import headers as h
 from runbus import subjects
 from runbus.errors import InternalError, NotFound, RunbusError, UnknownAgent
 from runbus.jetstream import ensure_stream
-from runbus.messages import RunFailed, RunRequest, is_identifier
+from runbus.messages import ErrorInfo, RunFailed, RunRequest, is_identifier
 from runbus.messages.runs import (
     APPROVAL_DECIDE_DECODER,
     RUN_CANCEL_DECODER,
@@ -55,6 +55,7 @@ from .errors import (
     RunCancelled,
     UndecodableRequest,
 )
+from .harness.guardrails import user_error
 from .harness.runtime import Harness
 from .loop import execute_run
 from .owners import RunOwners
@@ -398,8 +399,9 @@ class GatewayService(Service):
                     )
                     heartbeat.cancel()
                     if record is not None:
+                        shown = self._shown(msg, error)
                         with contextlib.suppress(Exception):
-                            await self.records.set_status(record, "queued", error=info)
+                            await self.records.set_status(record, "queued", error=shown)
                     await msg.nak(delay=retry_delay(attempt))
                     return
                 await self._fail(msg, run_id, principal, record, error, attempt)
@@ -563,6 +565,8 @@ class GatewayService(Service):
             self.log.info("run_failed", run_id=run_id, code=info.code, reason=error.message)
         if info.code in RETRYABLE or isinstance(error, DeadLettered):
             await self._dead_letter(msg, info.code, error.message)
+        # The log and the dead letter keep the real message; the user reads the agent's.
+        info = self._shown(msg, error)
         if record is not None:
             status: RunStatus = "cancelled" if isinstance(error, RunCancelled) else "failed"
             with contextlib.suppress(Exception):
@@ -576,6 +580,12 @@ class GatewayService(Service):
         await self.ports.emit(ctx, RunFailed(run_id=run_id, error=info), event_id="failed")
         with contextlib.suppress(Exception):
             await self.ports.settle(ctx)
+
+    def _shown(self, msg: Msg, error: RunbusError) -> ErrorInfo:
+        """The error as the run's owner reads it (event, run record): the agent's
+        `[harness] errors` table, and never an internal message (`user_error`)."""
+        harness = self.harnesses.get(msg.subject.rsplit(".", 1)[-1])
+        return harness.user_error(error) if harness is not None else user_error(error)
 
     async def _dead_letter(self, msg: Msg, code: str, message: str) -> None:
         agent = msg.subject.rsplit(".", 1)[-1]

@@ -62,17 +62,6 @@ class Provenance(Protocol):
     async def families(self, message_ids: list[str]) -> dict[str, str]: ...
 
 
-class MemoryProvenance:
-    def __init__(self) -> None:
-        self.known: dict[str, str] = {}
-
-    def remember(self, message_id: str, family: str) -> None:
-        self.known[message_id] = family
-
-    async def families(self, message_ids: list[str]) -> dict[str, str]:
-        return {m: self.known[m] for m in message_ids if m in self.known}
-
-
 def has_reasoning(message: ChatMessage) -> bool:
     return any(isinstance(p, ReasoningContent) for p in message.contents)
 

@@ -1,12 +1,14 @@
 """`runbus status`: every service's replicas, versions and per-endpoint stats from nats.micro
-discovery (`$SRV.PING|INFO|STATS`); `--ping <service>` is the health check of one service."""
+discovery (`$SRV.PING|INFO|STATS`); `--ping <service>` is the health check of one service, and
+with `--local` (and `--pid`) of the replica in this pod (or this process) only."""
 
 import argparse
 import asyncio
+import contextlib
 import socket
 import sys
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Final
 
 import msgspec
@@ -15,6 +17,7 @@ import nats.errors
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
+from ..instance import HOST_METADATA, PID_METADATA
 from ..runner import resolve_nats_url
 from ..settings import Settings
 from ..supervisor import SERVICES
@@ -22,8 +25,9 @@ from ._common import Subparsers
 
 DISCOVERY_WAIT: Final = 0.3
 """Seconds to collect replies: every replica answers, and nothing says how many there are."""
-HOST_METADATA: Final = "host"
-"""Service metadata key naming the host (container, pod) a replica runs on."""
+PING_WAIT: Final = 2.0
+"""Seconds `--ping --local` waits at most for the replica it checks (it returns at that
+replica's reply): longer than discovery, so a busy but live replica is not taken for hung."""
 
 
 # What nats.micro replicas answer (io.nats.micro.v1.*_response); unknown fields are ignored.
@@ -97,6 +101,8 @@ class Replica(msgspec.Struct, frozen=True, kw_only=True):
     """When the replica started (UTC, ISO 8601), if it reported stats."""
     host: str
     """Host the replica runs on, if it reports one in its metadata."""
+    pid: str = ""
+    """Process id of the replica on its host, if it reports one in its metadata."""
     endpoints: list[EndpointStatus]
     """This replica's own endpoint stats."""
 
@@ -138,13 +144,20 @@ def register(subparsers: Subparsers) -> None:
     status.add_argument(
         "--local",
         action="store_true",
-        help=f"with --ping: only a replica on this host counts (metadata {HOST_METADATA!r})",
+        help="with --ping: only the replica on this host (pod, container) counts: the probe of "
+        f"one replica (metadata {HOST_METADATA!r})",
+    )
+    status.add_argument(
+        "--pid",
+        type=int,
+        help="with --ping --local: only the replica with this process id counts, for hosts "
+        f"that run several (metadata {PID_METADATA!r})",
     )
     status.add_argument(
         "--wait",
         type=float,
-        default=DISCOVERY_WAIT,
-        help=f"seconds to collect replies (default {DISCOVERY_WAIT})",
+        help=f"seconds to collect replies (default {DISCOVERY_WAIT}; with --ping --local, the "
+        f"most it waits for this replica's reply, default {PING_WAIT})",
     )
     status.set_defaults(handler=handle)
 
@@ -158,8 +171,10 @@ async def handle(settings: Settings, args: argparse.Namespace) -> int:
         return 1
     try:
         if args.ping:
-            return await ping(nc, args.ping, wait=args.wait, local=args.local)
-        status = await discover(nc, url, wait=args.wait)
+            local = args.local or args.pid is not None
+            wait = args.wait if args.wait is not None else PING_WAIT if local else DISCOVERY_WAIT
+            return await ping(nc, args.ping, wait=wait, local=local, pid=args.pid)
+        status = await discover(nc, url, wait=DISCOVERY_WAIT if args.wait is None else args.wait)
     finally:
         await nc.close()
     if args.json:
@@ -236,17 +251,54 @@ async def discover(nc: NATS, url: str, *, wait: float = DISCOVERY_WAIT) -> Statu
     )
 
 
-async def ping(nc: NATS, service: str, *, wait: float, local: bool) -> int:
-    """Exit code of a health check: 0 if a (local) replica of `service` answers."""
-    replies = _decode_all(await collect(nc, f"$SRV.PING.{service}", wait), _PING_DECODER)
+def _is_local(reply: _Ping, host: str, pid: int | None) -> bool:
+    metadata = reply.metadata or {}
+    return metadata.get(HOST_METADATA) == host and (
+        pid is None or metadata.get(PID_METADATA) == str(pid)
+    )
+
+
+async def ping(
+    nc: NATS, service: str, *, wait: float, local: bool = False, pid: int | None = None
+) -> int:
+    """Exit code of a health check: 0 if a replica of `service` answers `$SRV.PING` within
+    `wait` seconds — with `local`, the one on this host (and with this `pid`): a hung replica
+    fails its own probe even while its siblings answer theirs."""
     host = socket.gethostname()
-    ready = [p for p in replies if not local or (p.metadata or {}).get(HOST_METADATA) == host]
-    where = f" on {host}" if local else ""
-    if not ready:
-        print(f"{service}: no replica{where} answers $SRV.PING.{service}", file=sys.stderr)
+    subject = f"$SRV.PING.{service}"
+    if not local:
+        ready = _decode_all(await collect(nc, subject, wait), _PING_DECODER)
+        if not ready:
+            print(f"{service}: no replica answers {subject}", file=sys.stderr)
+            return 1
+        print(f"{service}: {len(ready)} replica(s) ready")
+        return 0
+    where = f" on {host}" + (f" with pid {pid}" if pid is not None else "")
+    if not await _answers(nc, subject, wait, lambda p: _is_local(p, host, pid)):
+        print(f"{service}: no replica{where} answers {subject} within {wait}s", file=sys.stderr)
         return 1
-    print(f"{service}: {len(ready)} replica(s){where} ready")
+    print(f"{service}: the replica{where} is ready")
     return 0
+
+
+async def _answers(nc: NATS, subject: str, wait: float, matches: Callable[[_Ping], bool]) -> bool:
+    """Whether a reply that `matches` arrives within `wait` seconds (returns at the first)."""
+    found = asyncio.Event()
+
+    async def on_reply(msg: Msg) -> None:
+        for reply in _decode_all([msg.data] if msg.data else [], _PING_DECODER):
+            if matches(reply):
+                found.set()
+
+    inbox = nc.new_inbox()
+    subscription = await nc.subscribe(inbox, cb=on_reply)
+    try:
+        await nc.publish(subject, b"", reply=inbox)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(found.wait(), wait)
+    finally:
+        await subscription.unsubscribe()
+    return found.is_set()
 
 
 def _counted(stats: _EndpointStats, key: str, default: int) -> int:
@@ -326,6 +378,11 @@ def summarise(url: str, pings: list[_Ping], infos: list[_Info], stats: list[_Sta
         for r in (*pings, *infos, *stats)
         if r.metadata and HOST_METADATA in r.metadata
     }
+    pid_of = {
+        r.id: r.metadata[PID_METADATA]
+        for r in (*pings, *infos, *stats)
+        if r.metadata and PID_METADATA in r.metadata
+    }
     description_of = {i.name: i.description or "" for i in infos}
     info_of = {i.id: i for i in infos}
     stats_of = {s.id: s for s in stats}
@@ -346,6 +403,7 @@ def summarise(url: str, pings: list[_Ping], infos: list[_Info], stats: list[_Sta
                 ready=instance in ready,
                 started=own.started if own else "",
                 host=host_of.get(instance, ""),
+                pid=pid_of.get(instance, ""),
                 endpoints=endpoints,
             )
         )

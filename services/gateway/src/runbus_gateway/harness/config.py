@@ -13,7 +13,6 @@ import msgspec
 from runbus.modes import Mode
 from runbus.todos import TodoListFormat
 
-from ..errors import GatewayConfigError
 from .evaluators import DEFAULT_MAX_LOOP_ITERATIONS
 from .guardrails import ErrorMessages
 
@@ -66,13 +65,3 @@ class HarnessConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fi
     todos: TodosConfig = TodosConfig()
     modes: ModesConfig = ModesConfig()
     loop: LoopConfig = LoopConfig()
-
-    def __post_init__(self) -> None:
-        # Imported here: runtime builds on this module.
-        from .runtime import Harness
-
-        try:
-            Harness.from_config(self)
-        except GatewayConfigError as exc:
-            # msgspec turns a ValueError into a ValidationError that names `$.harness`.
-            raise ValueError(str(exc)) from None

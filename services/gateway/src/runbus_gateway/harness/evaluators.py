@@ -91,7 +91,7 @@ def build_evaluators(tables: Sequence[Mapping[str, Any]]) -> list[Evaluator]:
     return EVALUATORS.build(tables)
 
 
-StopReason = Literal["done", "iteration_cap", "approval_pending"]
+StopReason = Literal["done", "iteration_cap"]
 
 
 class Continue(msgspec.Struct, kw_only=True, frozen=True):
@@ -103,7 +103,8 @@ class Continue(msgspec.Struct, kw_only=True, frozen=True):
 
 class Stop(msgspec.Struct, kw_only=True, frozen=True):
     reason: StopReason
-    """Why the loop ends: no evaluator asked to go on, the bound, or a pending approval."""
+    """Why the loop ends: no evaluator asked to go on, or the bound. (A pass never ends with
+    an approval pending: the run waits for the decision inside the pass.)"""
 
 
 def decide(
@@ -111,11 +112,8 @@ def decide(
     context: LoopContext,
     *,
     max_loop_iterations: int = DEFAULT_MAX_LOOP_ITERATIONS,
-    approval_pending: bool = False,
 ) -> Continue | Stop:
     """Whether the agent makes another pass after the one that just ended."""
-    if approval_pending:
-        return Stop(reason="approval_pending")
     if context.iteration >= max_loop_iterations:
         return Stop(reason="iteration_cap")
     for one in evaluators:

@@ -314,6 +314,8 @@ SAFE_CODES: Final = frozenset(
         "max_iterations",
         "tool_errors",
         "deadline_exceeded",
+        "dead_lettered",
+        "conflict",
     }
 )
 """Codes whose messages runbus writes for the caller (they name the caller's own input or

@@ -4,7 +4,7 @@ decision, the program agent. Pure apart from `SessionState` writes.
 """
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
@@ -20,18 +20,16 @@ from runbus.messages import (
 
 from ..errors import GatewayConfigError
 from . import evaluators, guardrails, modes, todos
+from .config import HarnessConfig
 from .errors import StateConflict, StateInvalid
 from .programs import ProgramAgent, load_program
 from .state import SessionState
-
-if TYPE_CHECKING:
-    from .config import HarnessConfig
 
 
 class Harness:
     def __init__(
         self,
-        config: "HarnessConfig",
+        config: HarnessConfig,
         *,
         checks: list[guardrails.Guardrail],
         rewriters: list[guardrails.Rewriter],
@@ -51,7 +49,7 @@ class Harness:
         self._tool_names = frozenset(spec.name for spec in self._tools)
 
     @classmethod
-    def from_config(cls, config: "HarnessConfig") -> "Harness":
+    def from_config(cls, config: HarnessConfig) -> "Harness":
         """Build the plug-ins and the program; `GatewayConfigError` names what is wrong."""
         if config.kind == "program" and not config.program:
             raise GatewayConfigError("harness kind 'program' needs `program = \"module:Class\"`")
@@ -189,7 +187,6 @@ class Harness:
         *,
         iteration: int,
         answer: str,
-        approval_pending: bool = False,
     ) -> evaluators.Continue | evaluators.Stop:
         """After pass `iteration` (1-based) ended with `answer`: go on, or stop and why."""
         if not self.config.loop.enabled:
@@ -204,7 +201,6 @@ class Harness:
             self.evaluators,
             context,
             max_loop_iterations=self.config.loop.max_loop_iterations,
-            approval_pending=approval_pending,
         )
 
     def _mode(self, raw: Any) -> mode_state.ModeState:
