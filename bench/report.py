@@ -65,7 +65,8 @@ def _get(results: dict[str, Any], *path: str) -> Any:
 
 
 def targets(results: dict[str, Any]) -> list[Target]:
-    """The three targets of the benchmark issue, each from numbers of this one run."""
+    """The three targets runbus holds itself to (per-hop overhead, whole run, tool scaling),
+    each from numbers of this one run."""
     floor = _get(results, "floor", "request_reply", "p50_ms")
     hop = _get(results, "hop", "runbus", "p50_ms")
     run = _get(results, "whole_run", "runbus", "p50_ms")

@@ -2,7 +2,7 @@
 
 Every test here records what it counted with `chaos_report.record(table, row)`. `make test`
 runs the short sizes (a few runs per case, so the suite stays quick); `make chaos` sets
-`RUNBUS_CHAOS=full` for the sizes the issue asks for (100 runs per case) and
+`RUNBUS_CHAOS=full` for the full sizes (100 runs per case) and
 `RUNBUS_CHAOS_REPORT=<path>`, and the session then writes the counted tables as markdown
 there, headed by the commit they were measured on.
 """

@@ -385,7 +385,7 @@ class Counts:
     """`code: message` of the failed runs, for the assertion's message."""
 
     def problems(self) -> dict[str, int]:
-        """The counters the issue expects to be zero (and completed == runs)."""
+        """The counters that must be zero (and completed == runs)."""
         return {
             "not completed": self.runs - self.completed,
             "lost": self.lost,

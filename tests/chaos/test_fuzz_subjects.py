@@ -1,4 +1,4 @@
-"""Issue 11, fuzz: every subject the stack answers on gets hypothesis-made hostile requests
+"""Fuzz: every subject the stack answers on gets hypothesis-made hostile requests
 (wrong types, unsafe ids, truncated JSON, unknown tags, non-UTF-8, huge strings, forged or
 broken headers). Each one gets a typed error or a valid reply, nothing is stored by a request
 that was refused or only reads, and every service still answers afterwards."""

@@ -1,6 +1,6 @@
-"""Issue 11's kill matrix (and issue 8's acceptance for the gateway): for each service, two
-replicas as OS processes, one SIGKILLed at random moments of a load of runs and started again
-as a supervisor would; every run must complete once, nothing repeated, nothing lost."""
+"""Kill matrix: for each service (the gateway included), two replicas as OS processes, one
+SIGKILLed at random moments of a load of runs and started again as a supervisor would; every
+run must complete once, nothing repeated, nothing lost."""
 
 import asyncio
 import random

@@ -1,4 +1,4 @@
-"""Issue 11's NATS restart: the single embedded node (JetStream on file storage) stopped in the
+"""NATS restart: the single embedded node (JetStream on file storage) stopped in the
 middle of a load of runs and started again on the same port and store; every service
 reconnects on its own and every run completes once, nothing repeated, nothing lost."""
 

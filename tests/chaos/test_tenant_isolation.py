@@ -1,4 +1,4 @@
-"""Issue 11, isolation sweep: alice (tenant acme) owns sessions, runs, memories, a state bag and
+"""Isolation sweep: alice (tenant acme) owns sessions, runs, memories, a state bag and
 a pending approval; bob (acme) and carol (globex), with and without forged identity headers,
 try every client-API operation and the run queue with every id alice has and ids they could
 guess. Counted: requests, denials, leaks (anything of alice's in a reply, a denial that tells

@@ -5,7 +5,7 @@ authenticated client API.
         done = await client.run("travel", "Weather in Sydney?", session_id="s1")
         async for event in client.stream("travel", "And in Perth?", session_id="s1"): ...
 
-What `run`/`stream` send is exactly the JSON of DESIGN §5 with `rb-auth` and `Nats-Msg-Id`,
+What `run`/`stream` send is exactly a `run.request` JSON body with `rb-auth` and `Nats-Msg-Id`,
 so any NATS client can do the same by hand. Events are read from the events stream, not the
 live subject: a client that starts late or reconnects replays from the start (or after a
 sequence it saw) with no gap and no duplicate, then follows live.
