@@ -139,7 +139,7 @@ class DurableConsumer:
         return await self._subscription.consumer_info()
 
     async def stop_pulling(self) -> None:
-        """Pull no more; what is in hand goes on (`cancel_handlers` cuts it off)."""
+        """Pull no more; what is in hand goes on (`cut_off` ends it)."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -151,10 +151,13 @@ class DurableConsumer:
             with contextlib.suppress(Exception):
                 await self._subscription.unsubscribe()
 
-    def cancel_handlers(self) -> None:
-        """Cut off the messages in hand: never acked, they are delivered again elsewhere."""
-        for task in list(self._handling):
+    async def cut_off(self) -> None:
+        """Cut off the messages in hand (never acked, they are delivered again elsewhere) and
+        wait until their handlers have unwound."""
+        handling = list(self._handling)
+        for task in handling:
             task.cancel()
+        await asyncio.gather(*handling, return_exceptions=True)
 
     async def _pull(self) -> None:
         """One-message fetches return as soon as a message is there; a larger batch would

@@ -110,6 +110,9 @@ class AgentSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Model calls per run at most."""
     max_consecutive_tool_errors: Annotated[int, msgspec.Meta(ge=1)] = 5
     """Steps in a row whose tool calls all failed before the run gives up."""
+    max_tool_calls: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 64
+    """Tool calls one model reply may ask for; a reply with more fails the run with
+    `tool_call_limit` before any of them runs or is stored."""
     concurrency: ConcurrencyPolicy = "reject"
     """A second run on a busy session: `reject`, `enqueue` (wait) or `interrupt` (cancel the
     first)."""

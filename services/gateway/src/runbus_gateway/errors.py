@@ -79,3 +79,17 @@ class DedupeKeyMismatch(BadRequest):
 class UndecodableRequest(BadRequest):
     def __init__(self, reason: str) -> None:
         super().__init__(f"run request body is not valid UTF-8 JSON: {reason}")
+
+
+class TooManyToolCalls(RunbusError):
+    """A model reply asked for more tool calls than the agent allows in one step."""
+
+    code = "tool_call_limit"
+
+    def __init__(self, calls: int, limit: int) -> None:
+        super().__init__(
+            f"the model asked for {calls} tool calls in one reply; the agent allows {limit} "
+            "(max_tool_calls in its definition)",
+            details={"calls": calls, "limit": limit},
+        )
+        self.limit = limit

@@ -62,15 +62,10 @@ def owned_run(ctx: RunContext) -> str:
     return f"{ctx.prop('tenant')}.{ctx.prop('user_id')}.{ctx.run_id}"
 
 
-WaitingHook = Callable[[RunContext, bool], Awaitable[None]]
-
-
 class BusPorts:
-    def __init__(self, bus: Bus, approvals: Approvals | None = None) -> None:
+    def __init__(self, bus: Bus, approvals: Approvals) -> None:
         self.bus = bus
         self.approvals = approvals
-        self.on_waiting: WaitingHook | None = None
-        """Told when a run starts (True) and stops (False) waiting for a person's decision."""
         self._event_acks: dict[str, list[asyncio.Future[PubAck]]] = defaultdict(list)
 
     async def open_session(self, ctx: RunContext, policy: ConcurrencyPolicy) -> SessionOpened:
@@ -194,21 +189,14 @@ class BusPorts:
         request: ApprovalRequest,
         announce: Callable[[], Awaitable[None]],
     ) -> ApprovalGrant:
-        assert self.approvals is not None, "the gateway opens the approvals bucket on start"
-        if self.on_waiting is not None:
-            await self.on_waiting(ctx, True)
-        try:
-            return await self.approvals.wait(
-                ctx.run_id,
-                call.call_id,
-                ctx.prop("tenant"),
-                ctx.prop("user_id"),
-                request,
-                announce=announce,
-            )
-        finally:
-            if self.on_waiting is not None:
-                await self.on_waiting(ctx, False)
+        return await self.approvals.wait(
+            ctx.run_id,
+            call.call_id,
+            ctx.prop("tenant"),
+            ctx.prop("user_id"),
+            request,
+            announce=announce,
+        )
 
     async def append_history(
         self,

@@ -1,5 +1,5 @@
-"""Run records in a JetStream KV bucket, keyed by tenant, user and run, and the retry policy
-that decides what a failed delivery becomes."""
+"""Run records in a JetStream KV bucket, keyed by tenant, user and run, and which failures are
+worth another delivery."""
 
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -19,11 +19,6 @@ broke unexpectedly. Everything else (bad input, auth, limits, cancel) is final a
 
 RECORD_TTL: Final = 7 * 24 * 3600.0
 _ENCODER = msgspec.json.Encoder()
-
-
-def retry_delay(attempt: int) -> float:
-    """Backoff before delivery `attempt + 1`: 0.5 s, 1 s, 2 s, … capped at 30 s."""
-    return float(min(30.0, 0.5 * 2 ** (attempt - 1)))
 
 
 class RunRecords:

@@ -1,0 +1,151 @@
+"""The authenticated client API (`runbus.api.*`): runs and approvals answered here, everything
+else forwarded to the owning service with the caller's identity as trusted headers."""
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+import msgspec
+import structlog
+from nats.aio.client import Client as NATS
+
+from runbus import headers as h
+from runbus import subjects
+from runbus.bus import Bus
+from runbus.errors import NotFound
+from runbus.messages.runs import (
+    APPROVAL_DECIDE_DECODER,
+    RUN_CANCEL_DECODER,
+    RUN_GET_DECODER,
+    RUN_LIST_DECODER,
+    ApprovalDecide,
+    ApprovalDecided,
+    RunCancel,
+    RunGet,
+    RunInfo,
+    RunList,
+    RunListed,
+)
+from runbus.service import Endpoint, Handler
+
+from .approvals import Approvals
+from .auth import Principal, TokenVerifier
+from .runs import RunRecords
+
+FORWARDED_API: Final = (
+    "memory.list",
+    "memory.find",
+    "memory.forget",
+    "memory.stats",
+    "sessions.get",
+    "sessions.list",
+    "sessions.state.update",
+    "sessions.export",
+    "sessions.import",
+    "sessions.delete",
+    "history.load",
+)
+"""Client operations the gateway authenticates and forwards to the owning service as they are."""
+
+RAW_DECODER: Final = msgspec.json.Decoder(msgspec.Raw)
+
+log = structlog.get_logger()
+
+
+class ClientApi:
+    def __init__(
+        self,
+        nc: NATS,
+        bus: Bus,
+        verifier: TokenVerifier,
+        records: RunRecords,
+        approvals: Approvals,
+    ) -> None:
+        self.nc = nc
+        self.bus = bus
+        self.verifier = verifier
+        self.records = records
+        self.approvals = approvals
+
+    def endpoints(self) -> list[Endpoint]:
+        def endpoint(op: str, decoder: msgspec.json.Decoder[Any], handler: Handler) -> Endpoint:
+            name = f"api-{op.replace('.', '-')}"
+            return Endpoint(name, subjects.api(op), decoder, handler, subjects.API_TEMPLATE)
+
+        return [
+            endpoint("runs.get", RUN_GET_DECODER, self.on_run_get),
+            endpoint("runs.list", RUN_LIST_DECODER, self.on_run_list),
+            endpoint("runs.cancel", RUN_CANCEL_DECODER, self.on_run_cancel),
+            endpoint("approvals.decide", APPROVAL_DECIDE_DECODER, self.on_approval_decide),
+            *(endpoint(op, RAW_DECODER, self._forwarder(op)) for op in FORWARDED_API),
+        ]
+
+    def _principal(self, ctx: h.RunContext) -> Principal:
+        return self.verifier.verify(ctx.auth)
+
+    def _trusted(self, principal: Principal) -> h.RunContext:
+        # Built from the verified principal only: rb-prop-* headers a client sent are ignored.
+        return h.RunContext(
+            props={"user_id": principal.user_id, "tenant": principal.tenant},
+            deadline=time.time() + self.bus.request_timeout,
+        )
+
+    def _forwarder(self, op: str) -> Callable[[h.RunContext, msgspec.Raw], Awaitable[msgspec.Raw]]:
+        async def forward(ctx: h.RunContext, body: msgspec.Raw) -> msgspec.Raw:
+            trusted = self._trusted(self._principal(ctx))
+            return await self.bus.request(subjects.internal(op), body, RAW_DECODER, ctx=trusted)
+
+        return forward
+
+    async def on_run_get(self, ctx: h.RunContext, request: RunGet) -> RunInfo:
+        principal = self._principal(ctx)
+        record = await self.records.get(principal.tenant, principal.user_id, request.run_id)
+        if record is None:
+            raise NotFound(f"no run {request.run_id!r}")
+        return RunInfo(record=record)
+
+    async def on_run_list(self, ctx: h.RunContext, request: RunList) -> RunListed:
+        principal = self._principal(ctx)
+        records = await self.records.list(principal.tenant, principal.user_id)
+        if request.session_id is not None:
+            records = [r for r in records if r.session_id == request.session_id]
+        records.sort(key=lambda r: r.created_at, reverse=True)
+        return RunListed(records=records[: request.limit])
+
+    async def on_run_cancel(self, ctx: h.RunContext, request: RunCancel) -> RunInfo:
+        """Only the owner's cancel reaches the run: the record is looked up under the caller,
+        and the cancel subject carries the owner."""
+        principal = self._principal(ctx)
+        record = await self.records.get(principal.tenant, principal.user_id, request.run_id)
+        if record is None:
+            raise NotFound(f"no run {request.run_id!r}")
+        if record.status == "queued" and record.error is not None:
+            # Waiting in the stream for a retry: no replica holds it to tell. The record says
+            # cancelled, and the next delivery ends there.
+            record = await self.records.set_status(record, "cancelled")
+        elif record.status in ("running", "waiting_approval", "queued"):
+            cancel = subjects.run_cancel(principal.tenant, principal.user_id, request.run_id)
+            await self.nc.publish(cancel, b"")
+        return RunInfo(record=record)
+
+    async def on_approval_decide(
+        self, ctx: h.RunContext, request: ApprovalDecide
+    ) -> ApprovalDecided:
+        """A person approves or denies a call their run is waiting on; the first decision wins."""
+        principal = self._principal(ctx)
+        decision = await self.approvals.decide(
+            request.run_id,
+            request.call_id,
+            principal.tenant,
+            principal.user_id,
+            request.decision,
+            request.note,
+        )
+        log.info(
+            "approval_decided",
+            run_id=request.run_id,
+            call_id=request.call_id,
+            decision=decision,
+            approver=principal.user_id,
+        )
+        return ApprovalDecided(run_id=request.run_id, call_id=request.call_id, decision=decision)

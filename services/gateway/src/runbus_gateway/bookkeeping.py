@@ -1,0 +1,114 @@
+"""What a delivery of a run request ends as: completed, retried with backoff, failed, or moved
+to the dead letters — each with its record, its final event and its log line."""
+
+import contextlib
+from typing import Final
+
+import structlog
+from opentelemetry import trace
+from opentelemetry.trace import Status, StatusCode
+
+from runbus import headers as h
+from runbus import subjects
+from runbus.bus import Bus
+from runbus.consumer import Delivery, backoff
+from runbus.errors import InternalError, RunbusError
+from runbus.messages import ErrorInfo, RunCompleted, is_identifier
+from runbus.messages.runs import RunRecord, RunStatus
+from runbus.service import as_runbus_error
+
+from .auth import Principal
+from .errors import DeadLettered, RunCancelled
+from .events import RunEvents
+from .harness.guardrails import user_error
+from .harness.runtime import Harness
+from .ports import BusPorts
+from .runs import RETRYABLE, RunRecords
+
+MAX_ATTEMPTS: Final = 4
+"""Deliveries that may run; one more delivery only moves the request to the dead letters."""
+
+log = structlog.get_logger()
+
+
+class RunBook:
+    def __init__(
+        self, bus: Bus, ports: BusPorts, records: RunRecords, harnesses: dict[str, Harness]
+    ) -> None:
+        self.bus = bus
+        self.ports = ports
+        self.records = records
+        self.harnesses = harnesses
+
+    async def completed(self, ctx: h.RunContext, record: RunRecord, done: RunCompleted) -> None:
+        """The final event, then the record; both stored before the request is acked."""
+        await RunEvents(self.ports, ctx).completed(done)
+        await self.ports.settle(ctx)
+        await self.records.set_status(record, "completed", text=done.text)
+
+    async def failed(
+        self,
+        delivery: Delivery,
+        run_id: str,
+        principal: Principal | None,
+        record: RunRecord | None,
+        exc: Exception,
+    ) -> None:
+        """Retry a retryable failure with backoff while attempts remain; otherwise record it,
+        dead-letter what kept failing, and tell the run's owner with `run.failed`."""
+        error = as_runbus_error(exc)
+        info = error.to_info()
+        span = trace.get_current_span()
+        span.set_status(Status(StatusCode.ERROR, error.message))
+        span.set_attribute("error.type", info.code)
+        if info.code in RETRYABLE and delivery.attempt < MAX_ATTEMPTS:
+            log.warning(
+                "run_retrying",
+                run_id=run_id,
+                attempt=delivery.attempt,
+                code=info.code,
+                reason=error.message,
+            )
+            if record is not None:
+                shown = self._shown(delivery, error)
+                with contextlib.suppress(Exception):
+                    await self.records.set_status(record, "queued", error=shown)
+            await delivery.retry(backoff(delivery.attempt))
+            return
+        if isinstance(error, InternalError):
+            log.exception("run_failed", run_id=run_id, attempt=delivery.attempt)
+        else:
+            log.info("run_failed", run_id=run_id, code=info.code, reason=error.message)
+        if info.code in RETRYABLE or isinstance(error, DeadLettered):
+            await self._dead_letter(delivery, info.code, error.message)
+        # The log and the dead letter keep the real message; the user reads the agent's.
+        info = self._shown(delivery, error)
+        if record is not None:
+            status: RunStatus = "cancelled" if isinstance(error, RunCancelled) else "failed"
+            with contextlib.suppress(Exception):
+                await self.records.set_status(record, status, error=info)
+        if not is_identifier(run_id):
+            # Not a subject-safe id: there is no events subject a client could be reading.
+            log.info("run_failure_not_published", reason="no usable run id")
+            return
+        owner = {"tenant": principal.tenant, "user_id": principal.user_id} if principal else {}
+        ctx = h.RunContext(run_id=run_id, props=owner)
+        await RunEvents(self.ports, ctx).failed(info)
+        with contextlib.suppress(Exception):
+            await self.ports.settle(ctx)
+
+    def _shown(self, delivery: Delivery, error: RunbusError) -> ErrorInfo:
+        """The error as the run's owner reads it (event, run record): the agent's
+        `[harness] errors` table, and never an internal message (`user_error`)."""
+        harness = self.harnesses.get(delivery.msg.subject.rsplit(".", 1)[-1])
+        return harness.user_error(error) if harness is not None else user_error(error)
+
+    async def _dead_letter(self, delivery: Delivery, code: str, message: str) -> None:
+        msg = delivery.msg
+        agent = msg.subject.rsplit(".", 1)[-1]
+        headers = delivery.headers
+        headers.pop(h.MSG_ID, None)
+        headers.pop(h.AUTH, None)  # a credential does not belong in a long-kept stream
+        headers.update({h.ERROR: code, "rb-error-message": message[:1024]})
+        target = subjects.dead(agent if is_identifier(agent) else "unknown")
+        await self.bus.stream_publish(target, msg.data, headers)

@@ -1,0 +1,115 @@
+"""Where a run stands and how it is saved: progress rebuilt from history on resume, the
+group-committing checkpointer, and what history stores of a persisted compaction."""
+
+import asyncio
+from dataclasses import dataclass, field
+
+from runbus.headers import RunContext
+from runbus.messages import ChatMessage, FunctionCallContent
+from runbus.messages.compaction import CompactResult
+from runbus.messages.history import HistoryCompaction
+
+from .run_ports import RunPorts
+
+
+def message_id(run_id: str, part: str) -> str:
+    """Id of a message a run makes: `<run_id>:<part>`. The colon cannot occur in a run id, so
+    a run's own messages are found in history by prefix without matching another run's."""
+    return f"{run_id}:{part}"
+
+
+class Checkpointer:
+    """Appends new messages to history in order, in the background of the loop.
+
+    One append is in flight at a time; messages added meanwhile go together in the next one
+    (group commit), so history keeps their order. The loop does not wait between steps;
+    `close()` at the end sends the last append, which also releases the session.
+    """
+
+    def __init__(self, ports: RunPorts, ctx: RunContext) -> None:
+        self._ports = ports
+        self._ctx = ctx
+        self._pending: list[ChatMessage] = []
+        self._compaction: HistoryCompaction | None = None
+        self._persisted: set[str] = set()
+        """Ids excluded by the compactions persisted so far in this run."""
+        self._writer: asyncio.Task[None] | None = None
+        self._error: Exception | None = None
+
+    def add(self, messages: list[ChatMessage]) -> None:
+        self._pending.extend(messages)
+        self._start()
+
+    def persist(self, compaction: HistoryCompaction) -> None:
+        """Store `compaction` after the messages added so far, unless it excludes nothing new
+        (the same window, one step later); a newer one pending replaces an older one."""
+        if self._persisted.issuperset(compaction.excluded_message_ids):
+            return
+        self._persisted.update(compaction.excluded_message_ids)
+        self._compaction = compaction
+        self._start()
+
+    def _start(self) -> None:
+        if self._error is None and (self._writer is None or self._writer.done()):
+            self._writer = asyncio.ensure_future(self._write())
+
+    async def _write(self) -> None:
+        try:
+            while self._pending or self._compaction is not None:
+                batch, self._pending = self._pending, []
+                compaction, self._compaction = self._compaction, None
+                await self._ports.append_history(self._ctx, batch, compaction=compaction)
+        except Exception as exc:
+            self._error = exc
+
+    async def flush(self) -> None:
+        if self._writer is not None:
+            await self._writer
+        if self._error is not None:
+            raise self._error
+
+    async def close(self, history_length: int) -> None:
+        """Write what is pending and release the session's claim, in one append."""
+        await self.flush()
+        batch, self._pending = self._pending, []
+        compaction, self._compaction = self._compaction, None
+        await self._ports.append_history(
+            self._ctx, batch, release=True, history_length=history_length, compaction=compaction
+        )
+
+
+@dataclass
+class Progress:
+    """Where a run stands: what it produced so far (also what a resumed run finds)."""
+
+    step: int = 0
+    response: list[ChatMessage] = field(default_factory=list)
+    pending_calls: list[FunctionCallContent] = field(default_factory=list)
+    finished: bool = False
+    final_text: str | None = None
+    """Set when the run ends on something other than an assistant answer (a terminate)."""
+
+    @classmethod
+    def from_history(cls, run_id: str, mine: list[ChatMessage]) -> "Progress":
+        """Rebuild progress from this run's checkpointed messages (a redelivered run)."""
+        progress = cls(response=[m for m in mine if m.role in ("assistant", "tool")])
+        progress.step = sum(1 for m in progress.response if m.role == "assistant")
+        if progress.response and progress.response[-1].role == "assistant":
+            last = progress.response[-1]
+            progress.pending_calls = last.function_calls
+            progress.finished = not last.function_calls
+        return progress
+
+
+def persisted_compaction(result: CompactResult, run_id: str) -> HistoryCompaction | None:
+    """What history stores of a compaction (`persist = true`): the compacted messages minus
+    context-provider ones. None when it excluded a message of this run: a resumed run finds
+    its own messages in history to continue after them, so they are never compacted away."""
+    own = message_id(run_id, "")
+    excluded = result.report.excluded_message_ids
+    if not result.compacted or any(i.startswith(own) for i in excluded):
+        return None
+    return HistoryCompaction(
+        messages=[m for m in result.messages if m.source != "context_provider"],
+        excluded_message_ids=excluded,
+    )

@@ -1,0 +1,80 @@
+"""A run's event protocol, emitted from one place: every event a run publishes, in the order
+a follower reads them, each with the stable id that makes a resumed run's repeat a no-op."""
+
+from typing import Protocol
+
+from runbus.headers import RunContext
+from runbus.messages import (
+    FunctionCallContent,
+    FunctionResultContent,
+    RunApprovalRequested,
+    RunCompacted,
+    RunCompleted,
+    RunEvent,
+    RunFailed,
+    RunStarted,
+    RunTextDelta,
+    RunToolCall,
+    RunToolResult,
+)
+from runbus.messages.compaction import CompactionReport
+from runbus.messages.errors import ErrorInfo
+from runbus.messages.tools import ApprovalRequest
+
+
+class EventPort(Protocol):
+    async def emit(self, ctx: RunContext, event: RunEvent, *, event_id: str) -> None: ...
+
+
+class RunEvents:
+    """The events of one run (`ctx`), through `port`."""
+
+    def __init__(self, port: EventPort, ctx: RunContext) -> None:
+        self.port = port
+        self.ctx = ctx
+
+    @property
+    def run_id(self) -> str:
+        return self.ctx.run_id
+
+    async def started(self, agent: str) -> None:
+        event = RunStarted(run_id=self.run_id, session_id=self.ctx.session_id, agent=agent)
+        await self.port.emit(self.ctx, event, event_id="started")
+
+    async def text(self, message_id: str, delta: str, *, event_id: str) -> None:
+        """Text the gateway itself adds (a refusal, a rewrite, a program's reply); the
+        model's own deltas stream from the model router."""
+        event = RunTextDelta(run_id=self.run_id, message_id=message_id, delta=delta)
+        await self.port.emit(self.ctx, event, event_id=event_id)
+
+    async def compacted(self, step: int, report: CompactionReport) -> None:
+        event = RunCompacted(run_id=self.run_id, step=step, report=report)
+        await self.port.emit(self.ctx, event, event_id=f"compacted-{step}")
+
+    async def tool_calls(self, calls: list[FunctionCallContent]) -> None:
+        for call in calls:
+            event = RunToolCall(run_id=self.run_id, call=call)
+            await self.port.emit(self.ctx, event, event_id=f"call-{call.call_id}")
+
+    async def tool_results(self, results: list[FunctionResultContent]) -> None:
+        for result in results:
+            event = RunToolResult(run_id=self.run_id, result=result)
+            await self.port.emit(self.ctx, event, event_id=f"result-{result.call_id}")
+
+    async def approval_requested(self, call_id: str, request: ApprovalRequest) -> None:
+        event = RunApprovalRequested(
+            run_id=self.run_id,
+            call_id=call_id,
+            tool=request.tool,
+            arguments=request.arguments,
+            reason=request.reason,
+            expires_at=request.expires_at,
+        )
+        await self.port.emit(self.ctx, event, event_id=f"approval-{call_id}")
+
+    async def completed(self, completed: RunCompleted) -> None:
+        await self.port.emit(self.ctx, completed, event_id="completed")
+
+    async def failed(self, error: ErrorInfo) -> None:
+        event = RunFailed(run_id=self.run_id, error=error)
+        await self.port.emit(self.ctx, event, event_id="failed")

@@ -1,0 +1,198 @@
+"""A run this replica holds, from admission to ack: one object owns its run slot (lent out
+while it queues for its tenant), its tenant lease, its cancel, its waiting state and their
+cleanup. `LocalRuns` finds a held run by owner and id (a cancel never reaches another
+owner's run)."""
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Final
+
+import structlog
+
+from runbus.headers import RunContext
+from runbus.messages import RunCompleted, RunRequest
+from runbus.messages.runs import RunRecord, RunStatus
+
+from .agents import AgentSpec
+from .errors import RunCancelled
+from .harness.runtime import Harness
+from .loop import execute_run
+from .run_ports import RunPorts
+from .runs import RunRecords
+from .tenants import TenantSlots
+
+TENANT_POLL: Final = 0.2
+"""Seconds between a queued run's tries for a slot of its tenant."""
+
+log = structlog.get_logger()
+
+
+@dataclass(frozen=True)
+class Slots:
+    """This replica's run slots, and the places a run queued for its tenant parks in instead."""
+
+    running: asyncio.Semaphore
+    parked: asyncio.Semaphore
+
+
+class LocalRun:
+    def __init__(
+        self,
+        request: RunRequest,
+        agent: AgentSpec,
+        harness: Harness,
+        ctx: RunContext,
+        record: RunRecord,
+        *,
+        records: RunRecords,
+        tenants: TenantSlots | None,
+        slots: Slots,
+        renew_every: float,
+    ) -> None:
+        self.request = request
+        self.agent = agent
+        self.harness = harness
+        self.ctx = ctx
+        self.record = record
+        self._records = records
+        self._tenants = tenants
+        self._slots = slots
+        self._renew_every = renew_every
+        self._lease: asyncio.Task[None] | None = None
+        self._task: asyncio.Task[RunCompleted] | None = None
+        self._queued = False
+        self._cancelled = False
+        self._waiting = 0
+
+    @property
+    def run_id(self) -> str:
+        return self.request.run_id
+
+    @property
+    def owner(self) -> tuple[str, str]:
+        return self.record.tenant, self.record.user_id
+
+    @property
+    def lease_key(self) -> str:
+        """Its entry in its tenant's leases: the user too, so no other user's run shares it."""
+        return f"{self.record.user_id}.{self.run_id}"
+
+    def cancelled(self) -> bool:
+        """Its owner cancelled it (a method: the answer changes while the run awaits)."""
+        return self._cancelled
+
+    async def set_status(self, status: RunStatus) -> None:
+        self.record = await self._records.set_status(self.record, status)
+
+    # -- the tenant's slot ---------------------------------------------------------------
+
+    async def take_tenant_slot(self) -> None:
+        """Wait, as `queued`, until the run's tenant is under its concurrent-run limit.
+
+        A waiting run lends its run slot out, so one tenant's backlog does not stop this
+        replica from running other tenants' runs; the consumer's heartbeat keeps it from
+        redelivery meanwhile.
+        """
+        tenants = self._tenants
+        if tenants is None:
+            return
+        tenant = self.record.tenant
+        if not await tenants.try_acquire(tenant, self.lease_key):
+            log.info("run_queued", run_id=self.run_id, tenant=tenant)
+            await self.set_status("queued")
+            parked = not self._slots.parked.locked()
+            if parked:
+                await self._slots.parked.acquire()
+                self._slots.running.release()
+            self._queued = True
+            try:
+                # Polled rather than watched: a slot frees when any replica's run ends, and
+                # a watch per queued run would cost more than a read every TENANT_POLL s.
+                while True:
+                    if self.cancelled():
+                        raise RunCancelled(self.run_id)
+                    if await tenants.try_acquire(tenant, self.lease_key):
+                        break
+                    await asyncio.sleep(TENANT_POLL)
+            finally:
+                self._queued = False
+                if parked:
+                    await self._slots.running.acquire()
+                    self._slots.parked.release()
+        self._lease = asyncio.create_task(self._renew(tenants))
+
+    async def _renew(self, tenants: TenantSlots) -> None:
+        while True:
+            await asyncio.sleep(self._renew_every)
+            with contextlib.suppress(Exception):
+                await tenants.renew(self.record.tenant, self.lease_key)
+
+    async def release(self) -> None:
+        """Give back what the run holds here; safe on every path, and more than once."""
+        if self._lease is None:
+            return
+        self._lease.cancel()
+        self._lease = None
+        if self._tenants is not None:
+            with contextlib.suppress(Exception):
+                await self._tenants.release(self.record.tenant, self.lease_key)
+
+    # -- running -------------------------------------------------------------------------
+
+    async def execute(self, ports: RunPorts) -> RunCompleted:
+        """Run it (or resume it); a cancel of its owner ends it with `RunCancelled`."""
+        if self.cancelled():
+            raise RunCancelled(self.run_id)
+        task = asyncio.ensure_future(
+            execute_run(self.request, self.agent, self.ctx, ports, self.harness, self)
+        )
+        self._task = task
+        try:
+            return await task
+        except asyncio.CancelledError:
+            # Cancelled by its owner, not because this delivery itself is being cut off.
+            if not self.cancelled() or not task.cancelled():
+                raise
+            raise RunCancelled(self.run_id) from None
+
+    def cancel(self) -> None:
+        self._cancelled = True
+        if self._queued:
+            log.info("run_cancelling", run_id=self.run_id, status="queued")
+        elif self._task is not None and not self._task.done():
+            self._task.cancel()
+            log.info("run_cancelling", run_id=self.run_id)
+
+    async def on_waiting(self, waiting: bool) -> None:
+        """`waiting_approval` while any call of the run waits for a person, else `running`."""
+        self._waiting += 1 if waiting else -1
+        if self._waiting != (1 if waiting else 0):
+            return  # the status only changes on the first wait and the last decision
+        with contextlib.suppress(Exception):
+            await self.set_status("waiting_approval" if waiting else "running")
+
+
+class LocalRuns:
+    """The runs this replica holds, by run id."""
+
+    def __init__(self) -> None:
+        self._runs: dict[str, LocalRun] = {}
+
+    @contextlib.contextmanager
+    def holding(self, run: LocalRun) -> Iterator[None]:
+        self._runs[run.run_id] = run
+        try:
+            yield
+        finally:
+            if self._runs.get(run.run_id) is run:
+                del self._runs[run.run_id]
+
+    def cancel(self, tenant: str, user_id: str, run_id: str) -> bool:
+        """Cancel the run of that owner with that id, if this replica holds it."""
+        run = self._runs.get(run_id)
+        if run is None or run.owner != (tenant, user_id):
+            return False
+        run.cancel()
+        return True

@@ -1,0 +1,254 @@
+"""The run queue: the streams a run travels through, and admission — one delivery of a run
+request becomes a `LocalRun` (authenticated, decoded, its id claimed for its owner) that runs,
+then is booked as completed, retried or failed."""
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass
+from typing import Final
+
+import structlog
+from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StorageType, StreamConfig
+from opentelemetry import trace
+from opentelemetry.trace import Tracer
+
+from runbus import headers as h
+from runbus import subjects
+from runbus.consumer import ConsumerSpec, Delivery
+from runbus.errors import UnknownAgent
+from runbus.messages import RunRequest
+from runbus.messages.runs import RUN_REQUEST_DECODER, RunRecord
+
+from .agents import AgentSpec
+from .auth import Principal, TokenVerifier
+from .bookkeeping import MAX_ATTEMPTS, RunBook
+from .errors import (
+    AgentMismatch,
+    DeadLettered,
+    DedupeKeyMismatch,
+    RunCancelled,
+    UndecodableRequest,
+)
+from .harness.runtime import Harness
+from .local_run import LocalRun, LocalRuns, Slots
+from .owners import RunOwners
+from .ports import BusPorts
+from .runs import RunRecords, now
+from .tenants import TenantSlots
+
+DUPLICATE_WINDOW: Final = 600.0
+EVENTS_MAX_AGE: Final = 24 * 3600.0
+DEAD_MAX_AGE: Final = 7 * 24 * 3600.0
+
+log = structlog.get_logger()
+
+
+def run_streams(replicas: int, duplicate_window: float) -> list[StreamConfig]:
+    """The run queue (deduped by run id), the run events, and the dead letters."""
+    return [
+        StreamConfig(
+            name=subjects.RUNS_STREAM,
+            subjects=[subjects.RUNS_ALL],
+            retention=RetentionPolicy.WORK_QUEUE,
+            storage=StorageType.FILE,
+            duplicate_window=duplicate_window,
+            num_replicas=replicas,
+        ),
+        StreamConfig(
+            name=subjects.EVENTS_STREAM,
+            subjects=[subjects.EVENTS_ALL],
+            retention=RetentionPolicy.LIMITS,
+            storage=StorageType.FILE,
+            max_age=EVENTS_MAX_AGE,
+            duplicate_window=DUPLICATE_WINDOW,
+            num_replicas=replicas,
+        ),
+        StreamConfig(
+            name=subjects.DEAD_STREAM,
+            subjects=[subjects.DEAD_ALL],
+            retention=RetentionPolicy.LIMITS,
+            storage=StorageType.FILE,
+            max_age=DEAD_MAX_AGE,
+            num_replicas=replicas,
+        ),
+    ]
+
+
+def run_consumer(ack_wait: float) -> ConsumerSpec:
+    """The one durable consumer every gateway replica pulls runs from."""
+    return ConsumerSpec(
+        stream=subjects.RUNS_STREAM,
+        durable=subjects.RUNS_CONSUMER,
+        subject=subjects.RUNS_ALL,
+        config=ConsumerConfig(
+            ack_policy=AckPolicy.EXPLICIT,
+            ack_wait=ack_wait,
+            max_deliver=MAX_ATTEMPTS + 1,
+            max_ack_pending=-1,
+        ),
+        span_name="process " + subjects.RUNS_TEMPLATE,
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Admission:
+    """Everything admission needs, built once at start."""
+
+    agents: dict[str, AgentSpec]
+    harnesses: dict[str, Harness]
+    verifier: TokenVerifier
+    owners: RunOwners
+    records: RunRecords
+    tenants: TenantSlots | None
+    ports: BusPorts
+    book: RunBook
+    runs: LocalRuns
+    slots: Slots
+    run_timeout: float
+    heartbeat: float
+    tracer: Tracer
+
+
+class RunQueue:
+    def __init__(self, admission: Admission) -> None:
+        self.a = admission
+
+    async def on_run(self, delivery: Delivery) -> None:
+        """One delivery of a run request: admit, execute (or resume), book the outcome.
+
+        A retryable failure is redelivered with backoff; after MAX_ATTEMPTS the request moves
+        to the dead letters with its error and the run fails. Every other failure is final.
+        """
+        a = self.a
+        run_id = delivery.headers.get(h.MSG_ID, "")
+        principal: Principal | None = None
+        run: LocalRun | None = None
+        try:
+            # Verified first, so even a broken request's failure reaches its own sender.
+            principal = a.verifier.verify(delivery.headers.get(h.AUTH))
+            request = admit(delivery)
+            run_id = request.run_id
+            run = await self._admitted(delivery, request, principal)
+            await self._may_run(delivery, run)
+            with a.runs.holding(run):
+                await run.take_tenant_slot()
+                await self._execute(run)
+        except Exception as exc:
+            await a.book.failed(delivery, run_id, principal, run.record if run else None, exc)
+        finally:
+            if run is not None:
+                await run.release()
+
+    async def _admitted(
+        self, delivery: Delivery, request: RunRequest, principal: Principal
+    ) -> LocalRun:
+        """The run of an admitted request: its id is the owner's and its agent known."""
+        a = self.a
+        trace.get_current_span().set_attribute("runbus.run_id", request.run_id)
+        await a.owners.claim(request.run_id, principal.tenant, principal.user_id)
+        agent = a.agents.get(request.agent)
+        if agent is None:
+            raise UnknownAgent(f"no agent named {request.agent!r}")
+        return LocalRun(
+            request,
+            agent,
+            a.harnesses[agent.name],
+            self._ctx(request, agent, principal),
+            _record(request, principal, delivery.attempt),
+            records=a.records,
+            tenants=a.tenants,
+            slots=a.slots,
+            renew_every=a.heartbeat,
+        )
+
+    async def _may_run(self, delivery: Delivery, run: LocalRun) -> None:
+        """Not when its owner cancelled it while it waited in the stream for its retry, nor
+        when every attempt was cut off."""
+        if delivery.attempt > 1:
+            earlier = await self.a.records.get(*run.owner, run.run_id)
+            if earlier is not None and earlier.status == "cancelled":
+                raise RunCancelled(run.run_id)
+        if delivery.attempt > MAX_ATTEMPTS:
+            raise DeadLettered(delivery.attempt - 1, "the gateway stopped during every attempt")
+
+    async def _execute(self, run: LocalRun) -> None:
+        a = self.a
+        # The `running` record is written alongside the run rather than before it; it is only
+        # a status for people, and it always lands before the final record (awaited below).
+        noted = asyncio.ensure_future(a.records.put(run.record))
+        agent, ctx = run.agent, run.ctx
+        with a.tracer.start_as_current_span(
+            f"invoke_agent {agent.name}",
+            attributes={
+                "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.agent.name": agent.name,
+                "gen_ai.conversation.id": ctx.session_id,
+                "runbus.run_id": run.run_id,
+                "runbus.tenant": run.record.tenant,
+            },
+        ):
+            log.info(
+                "run_started",
+                run_id=run.run_id,
+                agent=agent.name,
+                user_id=run.record.user_id,
+                tenant=run.record.tenant,
+                attempt=run.record.attempts,
+            )
+            try:
+                completed = await run.execute(a.ports)
+            finally:
+                with contextlib.suppress(Exception):
+                    await noted
+            log.info(
+                "run_completed", run_id=run.run_id, output_tokens=completed.usage.output_tokens
+            )
+        await a.book.completed(ctx, run.record, completed)
+
+    def _ctx(self, request: RunRequest, agent: AgentSpec, principal: Principal) -> h.RunContext:
+        memory = agent.memory.search_props() if agent.memory.offers_tool else {}
+        return h.RunContext(
+            run_id=request.run_id,
+            session_id=request.session_id,
+            agent=request.agent,
+            props={
+                "user_id": principal.user_id,
+                "tenant": principal.tenant,
+                "request_id": request.run_id,
+                **memory,
+            },
+            deadline=time.time() + self.a.run_timeout,
+        )
+
+
+def admit(delivery: Delivery) -> RunRequest:
+    """The request, if its body decodes, names the subject's agent and is deduped by its run
+    id (`Nats-Msg-Id` = `run_id`); `bad_request` otherwise, in one attempt."""
+    msg = delivery.msg
+    try:
+        request = RUN_REQUEST_DECODER.decode(msg.data)
+    except UnicodeDecodeError as exc:
+        raise UndecodableRequest(str(exc)) from None
+    subject_agent = msg.subject.rsplit(".", 1)[-1]
+    if subject_agent != request.agent:
+        raise AgentMismatch(subject_agent, request.agent)
+    msg_id = delivery.headers.get(h.MSG_ID, "")
+    if msg_id != request.run_id:
+        raise DedupeKeyMismatch(msg_id, request.run_id)
+    return request
+
+
+def _record(request: RunRequest, principal: Principal, attempt: int) -> RunRecord:
+    stamp = now()
+    return RunRecord(
+        run_id=request.run_id,
+        agent=request.agent,
+        session_id=request.session_id,
+        tenant=principal.tenant,
+        user_id=principal.user_id,
+        status="running",
+        created_at=stamp,
+        updated_at=stamp,
+        attempts=attempt,
+    )

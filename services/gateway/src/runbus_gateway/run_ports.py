@@ -1,0 +1,85 @@
+"""Everything a run does outside itself, as one protocol: the bus adapters (`ports.py`) and
+the unit tests' fakes both implement it."""
+
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+from runbus.headers import RunContext
+from runbus.messages import (
+    ChatMessage,
+    FunctionCallContent,
+    MemoryHit,
+    ModelResponse,
+    RunEvent,
+    ToolSpec,
+)
+from runbus.messages.compaction import CompactResult
+from runbus.messages.history import HistoryCompaction
+from runbus.messages.sessions import ConcurrencyPolicy, SessionOpened
+from runbus.messages.tools import ApprovalGrant, ApprovalRequest, ToolInvoked
+
+from .agents import CompactionPolicy, MemoryPolicy
+from .harness.state import StatePort
+
+
+class RunPorts(StatePort, Protocol):
+    """Everything a run does outside itself; one method per hop (the state-bag methods come
+    from `StatePort`)."""
+
+    async def open_session(self, ctx: RunContext, policy: ConcurrencyPolicy) -> SessionOpened: ...
+
+    async def search_memory(
+        self, ctx: RunContext, query: str, policy: MemoryPolicy
+    ) -> list[MemoryHit]: ...
+
+    async def list_tools(self, ctx: RunContext, names: list[str]) -> list[ToolSpec]: ...
+
+    async def compact(
+        self, ctx: RunContext, messages: list[ChatMessage], policy: CompactionPolicy
+    ) -> CompactResult: ...
+
+    async def complete(
+        self,
+        ctx: RunContext,
+        route: str,
+        messages: list[ChatMessage],
+        tools: list[ToolSpec],
+        message_id: str,
+    ) -> ModelResponse: ...
+
+    async def invoke_tool(
+        self, ctx: RunContext, call: FunctionCallContent, approval: ApprovalGrant | None = None
+    ) -> ToolInvoked: ...
+
+    async def await_approval(
+        self,
+        ctx: RunContext,
+        call: FunctionCallContent,
+        request: ApprovalRequest,
+        announce: Callable[[], Awaitable[None]],
+    ) -> ApprovalGrant:
+        """Record the request, then `announce` it, then wait for the decision: announced
+        first, a person could decide before there was anything to decide."""
+        ...
+
+    async def append_history(
+        self,
+        ctx: RunContext,
+        messages: list[ChatMessage],
+        *,
+        release: bool = False,
+        history_length: int | None = None,
+        compaction: HistoryCompaction | None = None,
+    ) -> None: ...
+
+    async def store_memory(self, ctx: RunContext, texts: list[str]) -> None: ...
+
+    async def emit(self, ctx: RunContext, event: RunEvent, *, event_id: str) -> None: ...
+
+
+class RunObserver(Protocol):
+    """Told what a run is doing that its owner's status shows (the gateway's local run)."""
+
+    async def on_waiting(self, waiting: bool) -> None:
+        """A call of the run started (True) or stopped (False) waiting for a person."""
+        ...
