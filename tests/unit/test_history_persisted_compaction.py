@@ -33,7 +33,7 @@ from runbus.messages.compaction import (
 from runbus.messages.history import HistoryCompaction
 from runbus.messages.sessions import StoredCompaction
 from runbus_compaction.strategies import compact
-from runbus_gateway.loop import Checkpointer, persisted_compaction
+from runbus_gateway.checkpoints import Checkpointer, persisted_compaction
 from runbus_history import core
 from tests.unit.test_compaction_properties import (
     PROPERTY_SETTINGS,
