@@ -59,6 +59,24 @@ text = "Resumed: {last_result}"
 """  # noqa: E501
 
 
+def status_mib(pid: int, field: str) -> float:
+    """A memory figure of /proc/<pid>/status (`VmRSS`, `VmHWM`: peak RSS) in MiB; 0 if gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return 0.0
+    for line in status.splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def reset_peak(pid: int) -> None:
+    """Start a process's peak-RSS count afresh (Linux: 5 → clear_refs resets VmHWM)."""
+    with contextlib.suppress(OSError):
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a live process (fields 14 and 15 of /proc/<pid>/stat)."""
     try:
@@ -94,6 +112,14 @@ class Bench:
     def cpu(self) -> dict[str, float]:
         """CPU seconds so far of each process, by label."""
         return {label: cpu_seconds(pid) for label, pid in self.pids().items()}
+
+    def rss(self, field: str = "VmRSS") -> dict[str, float]:
+        """Resident memory (or its peak, `VmHWM`) of each process now, MiB, by label."""
+        return {label: status_mib(pid, field) for label, pid in self.pids().items()}
+
+    def reset_peaks(self) -> None:
+        for pid in self.pids().values():
+            reset_peak(pid)
 
     async def add_gateway(self, profile_to: Path | None = None) -> asyncio.subprocess.Process:
         """One more gateway replica; under pyinstrument (a session file on exit) if asked."""
@@ -158,10 +184,10 @@ class Bench:
         self.gateways.remove(process)
 
 
-def prepare(tmp: Path) -> dict[str, str]:
+def prepare(tmp: Path, agents: dict[str, str] | None = None) -> dict[str, str]:
     """Agent files, scripts and the bench's extra tool module; the environment for children."""
     (tmp / "agents").mkdir(exist_ok=True)
-    for name, text in BENCH_AGENTS.items():
+    for name, text in {**BENCH_AGENTS, **(agents or {})}.items():
         (tmp / "agents" / f"{name}.toml").write_text(text)
     (tmp / "scripts.toml").write_text(BENCH_SCRIPTS)
     return {
@@ -184,11 +210,14 @@ def _print_logs(logs: Path, lines: int = 15) -> None:
 
 
 @asynccontextmanager
-async def process_stack(gateways: int = 1) -> AsyncIterator[Bench]:
-    """Five services under a ProcessStack plus `gateways` gateway processes of our own."""
+async def process_stack(
+    gateways: int = 1, agents: dict[str, str] | None = None, env: dict[str, str] | None = None
+) -> AsyncIterator[Bench]:
+    """Five services under a ProcessStack plus `gateways` gateway processes of our own; more
+    agent files and environment for every process if given."""
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        extra = prepare(tmp)
+        extra = {**prepare(tmp, agents), **(env or {})}
         saved = dict(os.environ)
         os.environ.update(extra)
         try:

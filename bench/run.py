@@ -10,7 +10,11 @@ shared and noisy; bench/report.py writes results.json, results.md and the plots.
    the same agent in process on Microsoft Agent Framework (bench/maf.py).
 4. throughput at 1/8/64 clients x 1/2 gateways; tool_executor scaling (bench/tools.py).
 5. streaming first delta (bench/model_router.py); resume of a run whose gateway was killed.
-6. the per-service sections: history, compaction, model_router, tools, memory.
+6. the durable anchors: the same run on LangGraph with its in-memory, SQLite and Postgres
+   savers (bench/anchors.py); a 300 ms model at 1/64/256/1000 runs in flight next to LangGraph
+   (bench/slow_model.py); run cost against session length, with and without persisted
+   compaction (bench/session_length.py).
+7. the per-service sections: history, compaction, model_router, tools, memory.
 """
 
 import argparse
@@ -42,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.stack import start_stack
 
-from bench import maf, report, resume, whole_run
+from bench import anchors, maf, report, resume, session_length, slow_model, whole_run
 from bench.processes import REPO, process_stack
 from bench.timing import pct, timed
 from runbus import subjects
@@ -240,8 +244,9 @@ async def bench_run(url: str, n: int, in_flight: int, data_dir: Path) -> dict[st
         p50_p99 = summary("whole run, sequential", samples)
         events = ((await js.stream_info(subjects.EVENTS_STREAM)).state.messages - events) / n
         await asyncio.sleep(0.2)
-        hops = statistics.median_low(counter.hops.values())
-        publishes = statistics.median_low(counter.publishes.values())
+        # A run with no span of a kind (events published without one) counts zero of it.
+        hops = statistics.median_low(counter.hops.values()) if counter.hops else 0
+        publishes = statistics.median_low(counter.publishes.values()) if counter.publishes else 0
         spans = {name: count / n for name, count in sorted(counter.names.items())}
         print(
             f"  per run: {hops} bus request/reply hops, {events:g} run events (JetStream), "
@@ -299,6 +304,11 @@ async def bench_processes(args: argparse.Namespace) -> dict[str, Any]:
                 f"{cpu['nats_server']:.2f} ms + client {cpu['client']:.2f} ms"
             )
             results["runbus"] = run
+            results["rss_mib"] = stack.rss()
+            print(
+                "  RSS after the runs (MiB): "
+                + ", ".join(f"{k} {v:.0f}" for k, v in results["rss_mib"].items())
+            )
             throughput: dict[str, Any] = {}
             for gateways in (1, 2):
                 if gateways > len(stack.gateways):
@@ -444,10 +454,19 @@ async def main(args: argparse.Namespace) -> None:
             results["resume_in_process"] = lowered
     if wanted("maf"):
         results["maf"] = await bench_maf(args.run_n, args.levels, args.trials)
+    if wanted("anchors"):
+        results["anchors"] = await anchors.measure(args.run_n, args.levels, args.trials)
     if wanted("processes"):
         processes = await bench_processes(args)
         results.setdefault("whole_run", {})["runbus"] = processes.pop("runbus")
         results.update(processes)
+    if wanted("slow_model"):
+        with tempfile.TemporaryDirectory() as tmp:
+            levels = (1, 64) if args.quick else slow_model.LEVELS
+            results["slow_model"] = await slow_model.measure(levels, Path(tmp))
+    if wanted("session_length"):
+        runs, rounds = (30, 1) if args.quick else (100, 3)
+        results["session_length"] = await session_length.measure(runs, rounds)
     results["sections"] = {}
     for name in SECTIONS:
         if wanted(name):
@@ -462,12 +481,25 @@ async def main(args: argparse.Namespace) -> None:
     written = report.write(results, args.results_dir)
     print(f"\nwrote {', '.join(str(p) for p in written)}")
     for target in report.targets(results):
-        print(f"  {target.name}: {report.times(target.measured)} ({target.verdict})")
+        print(f"  {target.name}: {target.show(target.measured)} ({target.verdict})")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("--only", choices=["hop", "run", "resume", "maf", "processes", *SECTIONS])
+    parser.add_argument(
+        "--only",
+        choices=[
+            "hop",
+            "run",
+            "resume",
+            "maf",
+            "anchors",
+            "processes",
+            "slow_model",
+            "session_length",
+            *SECTIONS,
+        ],
+    )
     parser.add_argument("--quick", action="store_true", help="a 1-2 minute smoke run")
     parser.add_argument("--hop-n", type=int)
     parser.add_argument("--run-n", type=int)

@@ -45,11 +45,12 @@ class Clients:
         for client in self.clients:
             await client.nc.drain()
 
-    async def one(self) -> float:
+    async def one(self, agent: str = "bench", session_id: str | None = None) -> float:
         """One whole run of the bench agent, start to `run.completed`, in seconds."""
         client = next(self._next)
         start = time.perf_counter()
-        done = await client.run("bench", "Book it.", session_id=f"wr-{next(_ids)}")
+        session_id = session_id or f"wr-{next(_ids)}"
+        done = await client.run(agent, "Book it.", session_id=session_id)
         elapsed = time.perf_counter() - start
         assert "confirmation" in done.text, done.text
         return elapsed

@@ -3,7 +3,7 @@
 from typing import Any
 
 import pytest
-from bench.report import markdown, ratio, targets, whole_run_rows
+from bench.report import durable_targets, markdown, ratio, targets, whole_run_rows
 
 
 def results() -> dict[str, Any]:
@@ -44,7 +44,7 @@ def test_ratio_divides_and_is_missing_without_a_usable_base() -> None:
 
 
 def test_each_target_is_judged_from_the_numbers_of_the_same_run() -> None:
-    hop, run, scaling = targets(results())
+    hop, run, scaling, *_ = targets(results())
 
     assert hop.measured == pytest.approx(1.25)
     assert hop.met is True  # the limit itself counts as met
@@ -55,9 +55,9 @@ def test_each_target_is_judged_from_the_numbers_of_the_same_run() -> None:
 
 
 def test_a_target_whose_numbers_are_missing_is_not_measured_rather_than_met() -> None:
-    hop, run, scaling = targets({"floor": {"request_reply": {"p50_ms": 0.1}}})
+    every = targets({"floor": {"request_reply": {"p50_ms": 0.1}}})
 
-    assert [t.verdict for t in (hop, run, scaling)] == ["not measured"] * 3
+    assert [t.verdict for t in every] == ["not measured"] * len(every)
 
 
 def test_whole_run_rows_put_ratios_to_maf_and_to_the_floor_beside_the_numbers() -> None:
@@ -84,3 +84,94 @@ def test_markdown_shows_each_ratio_next_to_the_absolute_number_it_comes_from() -
     # 2 gateways at 1 client: 60 runs/s, 1.5x one gateway, 0.075x MAF's 800 runs/s
     assert "| 2 | 1 | 60.0 | 1.50x | 0.07x | 20.0 | 40.0 |" in text
     assert "| 4 | 1020 | 3.40x | 1280 | 80% |" in text
+
+
+def durable() -> dict[str, Any]:
+    base = results()
+    base["whole_run"]["runbus"]["cpu_ms_per_run"]["by_process"] = {"gateway#1": 6.0}
+    base["throughput"]["1"]["64"] = {"runs_per_s": 90.0, "p50_ms": 1.0, "p99_ms": 2.0}
+    base["throughput"]["2"]["64"] = {"runs_per_s": 120.0, "p50_ms": 1.0, "p99_ms": 2.0}
+    base["anchors"] = {
+        "langgraph_memory": {"p50_ms": 8.0, "cpu_ms_per_run": 8.0, "runs_per_s": {"64": 100.0}},
+        "langgraph_postgres": {
+            "p50_ms": 25.0,
+            "cpu_ms_per_run": 30.0,
+            "cpu_ms_by_process": {"anchor": 20.0, "database": 10.0},
+            "runs_per_s": {"64": 35.0},
+        },
+    }
+
+    def level(rate: float, p50: float, failures: int = 0) -> dict[str, Any]:
+        return {
+            "runs_per_s": rate,
+            "failures": failures,
+            "p50_ms": p50,
+            "p99_ms": p50,
+            "cpu_ms_per_run": 1.0,
+            "peak_rss_mib": {"x": 10.0},
+        }
+
+    base["slow_model"] = {
+        "latency_ms": 300.0,
+        "levels": [1, 1000],
+        "runbus": {"1": level(0.8, 1260.0), "1000": level(60.0, 9000.0, failures=1)},
+        "langgraph_memory": {"1": level(0.8, 1240.0), "1000": level(40.0, 9000.0)},
+        "langgraph_postgres": {"1": level(0.8, 1250.0), "1000": level(16.0, 9000.0)},
+    }
+    base["session_length"] = {
+        "runs": 100,
+        "rounds": 3,
+        "window_turns": 4,
+        "windowed": {
+            "run_ms": [30.0, 50.0],
+            "first_ms": 30.0,
+            "last_ms": 51.0,
+            "last_over_first": 1.7,
+        },
+        "persisted": {
+            "run_ms": [30.0, 33.0],
+            "first_ms": 30.0,
+            "last_ms": 33.0,
+            "last_over_first": 1.1,
+        },
+    }
+    base["rss_mib"] = {
+        "history": 50.0,
+        "memory": 130.0,
+        "compaction": 50.0,
+        "model_router": 80.0,
+        "tool_executor": 50.0,
+        "gateway#1": 60.0,
+        "nats-server": 30.0,
+    }
+    return base
+
+
+def test_durable_targets_compare_with_langgraph_measured_in_the_same_run() -> None:
+    cpu, rate, slow, overhead, session, memory, stack = durable_targets(durable())
+
+    assert cpu.measured == pytest.approx(12.0 / 30.0)
+    assert cpu.met is True
+    assert rate.measured == pytest.approx(120.0 / 35.0)  # the better gateway count
+    assert "(2 gateway(s))" in rate.basis
+    assert slow.measured == pytest.approx(60.0 / 16.0)
+    assert slow.met is False  # 3.75x, but a run failed
+    assert overhead.measured == pytest.approx(60.0 / 40.0)  # beyond 4 x 300 ms
+    assert overhead.met is False
+    assert session.measured == pytest.approx(1.1)
+    assert session.met is True
+    assert memory.measured == 130.0
+    assert memory.met is False
+    assert stack.measured == pytest.approx(420.0)  # nats-server not counted
+    assert stack.met is True
+
+
+def test_markdown_says_why_a_durable_target_was_missed_and_plots_are_listed() -> None:
+    text = markdown(durable())
+
+    assert "| memory service RSS, no agent using memory | 130 MiB | ≤ 120 MiB | **missed** |" in (
+        text
+    )
+    assert "## Missed targets: why, and what would close them" in text
+    assert "LangGraph + Postgres (fsync on)" in text
+    assert "| 1000 | runbus, six processes | 60.0 | 1 |" in text
