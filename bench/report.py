@@ -711,9 +711,9 @@ def plots(results: dict[str, Any], out: Path) -> list[Path]:
         if maf:
             ax.plot([int(c) for c in maf], list(maf.values()), "s:", label="MAF in process")
         for key, name in ANCHORS:
-            rates = _get(results, "anchors", key, "runs_per_s") or {}
-            if rates:
-                ax.plot([int(c) for c in rates], list(rates.values()), "^:", label=name)
+            anchor = _get(results, "anchors", key, "runs_per_s") or {}
+            if anchor:
+                ax.plot([int(c) for c in anchor], list(anchor.values()), "^:", label=name)
         ax.set(xlabel="concurrent clients", ylabel="runs/s", xscale="log", yscale="log")
         ax.set_xticks([int(c) for c in next(iter(gateways.values()))], minor=False)
         ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
