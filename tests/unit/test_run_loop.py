@@ -20,6 +20,7 @@ from runbus.messages import (
     FunctionResultContent,
     MemoryHit,
     ModelResponse,
+    ModelSettings,
     RunEvent,
     RunRequest,
     RunStarted,
@@ -192,6 +193,7 @@ class RecordingPorts:
         messages: list[ChatMessage],
         tools: list[ToolSpec],
         message_id: str,
+        settings: ModelSettings | None = None,
     ) -> ModelResponse:
         self.hops.append("complete")
         assert route == AGENT.model

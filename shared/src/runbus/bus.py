@@ -1,11 +1,19 @@
 """Request and publish over NATS with the run context, trace context and deadline applied.
 
 Every hop between services goes through `Bus.request`: it writes the headers, opens the client
-span, caps the wait at the time the run has left and turns an `rb-error` reply into a
-`RemoteError` with the remote code.
+span, caps the wait at the time the run has left, refuses a message larger than the server
+takes, and turns an `rb-error` reply into a `RemoteError` with the remote code.
+
+A progress-aware request (`progress=True`) waits on an idle timer instead of a fixed one: the
+serving side sends heartbeats to the caller's progress subject while it works (`heartbeats`),
+each resets the timer, and when the caller stops listening (it gave up, was cancelled or died)
+the next heartbeat finds no one and the serving side cancels the work.
 """
 
 import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
 from typing import Final, TypeVar
 
 import msgspec
@@ -16,13 +24,28 @@ from nats.js.api import PubAck
 from opentelemetry.trace import SpanKind, Tracer, set_span_in_context
 
 from . import headers as h
-from .errors import DeadlineExceeded, RemoteError, Unavailable
+from .errors import (
+    CallerGone,
+    DeadlineExceeded,
+    IdleTimeout,
+    MessageTooLarge,
+    RemoteError,
+    Unavailable,
+)
 from .messages import encode
 from .messages.errors import ERROR_DECODER
 from .telemetry import inject, messaging_attributes, record_failure, start_span
 
 T = TypeVar("T")
 NO_RESPONDERS_RETRY: Final = 0.05
+HEARTBEAT_EVERY: Final = 0.5
+"""Seconds between heartbeats of work in progress; also how soon work whose caller is gone
+is cancelled."""
+REQUEST_TIMEOUT_SETTING: Final = "RUNBUS_REQUEST_TIMEOUT"
+_REPLY: Final = "r"
+_BEAT: Final = "p"
+_STATUS: Final = "Status"
+_NO_RESPONDERS: Final = "503"
 
 
 class Bus:
@@ -42,19 +65,24 @@ class Bus:
         ctx: h.RunContext,
         span_subject: str | None = None,
         timeout: float | None = None,
+        progress: bool = False,
     ) -> T:
         """Send `message`, wait for the reply and decode it; raise on an error reply.
 
         `span_subject` is the low-cardinality template for the span name when `subject`
-        carries an id or a tool name.
+        carries an id or a tool name. With `progress`, `timeout` (default: the request timeout)
+        is the longest silence allowed rather than the longest wait; the run's deadline still
+        bounds the whole wait.
         """
         wait = timeout or self.request_timeout
         left = ctx.time_left()
         if left is not None:
             if left <= 0:
                 raise DeadlineExceeded(f"deadline passed before the request to {subject!r}")
-            wait = min(wait, left)
+            if not progress:
+                wait = min(wait, left)
         data = encode(message)
+        self.check_size(subject, data)
         # The client span is never made current: nothing runs under it but the request, and
         # the service side finds its parent through the injected traceparent.
         span = start_span(
@@ -66,7 +94,10 @@ class Bus:
         try:
             headers = ctx.to_headers()
             inject(headers, set_span_in_context(span))
-            reply = await self._request(subject, data, wait, left, headers)
+            if progress:
+                reply = await self._request_with_progress(subject, data, wait, left, headers)
+            else:
+                reply = await self._request(subject, data, wait, left, headers)
             if reply.headers and h.ERROR in reply.headers:
                 info = ERROR_DECODER.decode(reply.data).error
                 raise RemoteError(info.code, info.message, details=info.details)
@@ -76,6 +107,12 @@ class Bus:
             raise
         finally:
             span.end()
+
+    def check_size(self, subject: str, data: bytes) -> None:
+        """Refuse, with a typed error, a body the server would reject (`max_payload`)."""
+        limit = self.nc.max_payload
+        if len(data) > limit:
+            raise MessageTooLarge(subject, len(data), limit)
 
     async def _request(
         self, subject: str, data: bytes, wait: float, left: float | None, headers: dict[str, str]
@@ -95,20 +132,109 @@ class Bus:
                 raise DeadlineExceeded(f"deadline passed waiting on {subject!r}") from None
             raise Unavailable(f"no reply on {subject!r} within {wait:.1f}s") from None
 
+    async def _request_with_progress(
+        self, subject: str, data: bytes, idle: float, left: float | None, headers: dict[str, str]
+    ) -> Msg:
+        """One subscription per call carries both the reply and the heartbeats; leaving it
+        (on return, error or cancel) is what tells the serving side to stop."""
+        inbox = self.nc.new_inbox()
+        deadline = None if left is None else time.monotonic() + left
+        headers[h.PROGRESS] = f"{inbox}.{_BEAT}"
+        sub = await self.nc.subscribe(f"{inbox}.*")
+        try:
+            for attempt in range(2):
+                await self.nc.publish(subject, data, reply=f"{inbox}.{_REPLY}", headers=headers)
+                while True:
+                    wait = idle if deadline is None else min(idle, deadline - time.monotonic())
+                    try:
+                        if wait <= 0:
+                            raise nats.errors.TimeoutError
+                        msg = await sub.next_msg(timeout=wait)
+                    except nats.errors.TimeoutError:
+                        if deadline is not None and time.monotonic() >= deadline - 0.001:
+                            raise DeadlineExceeded(
+                                f"deadline passed waiting on {subject!r}"
+                            ) from None
+                        raise IdleTimeout(subject, idle, REQUEST_TIMEOUT_SETTING) from None
+                    if msg.subject.endswith(f".{_BEAT}"):
+                        continue
+                    if msg.headers and msg.headers.get(_STATUS) == _NO_RESPONDERS:
+                        break
+                    return msg
+                if attempt == 0:
+                    await asyncio.sleep(NO_RESPONDERS_RETRY)
+            raise Unavailable(f"no service answers on {subject!r}")
+        finally:
+            with contextlib.suppress(nats.errors.Error):
+                await sub.unsubscribe()
+
     async def publish(
         self, subject: str, message: msgspec.Struct, *, ctx: h.RunContext | None = None
     ) -> None:
         """Fire-and-forget publish (run events, deltas) with the run and trace context."""
         headers = ctx.to_headers() if ctx else {}
         inject(headers)
-        await self.nc.publish(subject, encode(message), headers=headers)
+        data = encode(message)
+        self.check_size(subject, data)
+        await self.nc.publish(subject, data, headers=headers)
 
     async def stream_publish(self, subject: str, data: bytes, headers: dict[str, str]) -> PubAck:
         """Publish into a JetStream stream and wait for its ack."""
+        self.check_size(subject, data)
         return await self.nc.jetstream().publish(subject, data, headers=headers)
 
     async def stream_publish_async(
         self, subject: str, data: bytes, headers: dict[str, str]
     ) -> asyncio.Future[PubAck]:
         """Publish into a JetStream stream; the ack's future (gather many before going on)."""
+        self.check_size(subject, data)
         return await self.nc.jetstream().publish_async(subject, data, headers=headers)
+
+
+async def heartbeats(
+    nc: NATS,
+    progress: str,
+    work: Awaitable[T],
+    *,
+    every: float = HEARTBEAT_EVERY,
+    on_gone: Callable[[], None] | None = None,
+) -> T:
+    """Run `work`, beating to the caller's `progress` subject every `every` seconds meanwhile.
+
+    A beat is a request nobody answers: it times out while the caller listens, and comes back
+    at once as "no responders" when the caller has gone, which cancels `work` and raises
+    `CallerGone`. Without a progress subject `work` simply runs.
+    """
+    task = asyncio.ensure_future(work)
+    if not progress:
+        return await task
+    gone = False
+
+    async def beat() -> None:
+        nonlocal gone
+        while not task.done():
+            try:
+                await nc.request(progress, b"", timeout=every)
+            except nats.errors.TimeoutError:
+                continue
+            except nats.errors.NoRespondersError:
+                gone = True
+                if on_gone is not None:
+                    on_gone()
+                task.cancel()
+                return
+            except nats.errors.Error:
+                await asyncio.sleep(every)  # reconnecting: the work goes on meanwhile
+
+    beating = asyncio.ensure_future(beat())
+    try:
+        return await task
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if gone and task.cancelled() and (current is None or current.cancelling() == 0):
+            raise CallerGone(progress) from None
+        raise
+    finally:
+        beating.cancel()
+        if not task.done():
+            task.cancel()

@@ -79,3 +79,45 @@ class RemoteError(RunbusError):
 
     def __str__(self) -> str:
         return f"{self.remote_code}: {self.message}"
+
+
+class MessageTooLarge(BadRequest):
+    """A message is larger than the NATS server accepts; checked before it is published."""
+
+    code = "message_too_large"
+
+    def __init__(self, subject: str, size: int, limit: int) -> None:
+        super().__init__(
+            f"a {size}-byte message for {subject!r} exceeds the bus limit of {limit} bytes "
+            "(the NATS server's max_payload)",
+            details={"subject": subject, "size": size, "limit": limit},
+        )
+        self.subject = subject
+        self.size = size
+        self.limit = limit
+
+
+class IdleTimeout(Unavailable):
+    """A progress-aware request heard nothing (no reply, no heartbeat) for its idle timeout:
+    the serving replica died or stalled. Worth another try, like any unavailable service."""
+
+    def __init__(self, subject: str, idle: float, setting: str) -> None:
+        super().__init__(
+            f"no progress on {subject!r} for {idle:g}s; raise {setting} if the work is slow "
+            "but alive",
+            details={"subject": subject, "idle": idle, "setting": setting},
+        )
+        self.subject = subject
+        self.idle = idle
+        self.setting = setting
+
+
+class CallerGone(RunbusError):
+    """The caller of a progress-aware request stopped listening (it gave up, was cancelled or
+    died), so the work was cancelled; nobody reads this reply."""
+
+    code = "cancelled"
+
+    def __init__(self, subject: str) -> None:
+        super().__init__(f"nobody listens on {subject!r} any more", details={"subject": subject})
+        self.subject = subject

@@ -21,6 +21,8 @@ DEADLINE: Final = "rb-deadline"
 ERROR: Final = "rb-error"
 AUTH: Final = "rb-auth"
 MSG_ID: Final = "Nats-Msg-Id"
+PROGRESS: Final = "rb-progress"
+"""Subject the serving side sends heartbeats to while it works on a progress-aware request."""
 
 
 class RunContext(msgspec.Struct, frozen=True, kw_only=True):
@@ -35,6 +37,8 @@ class RunContext(msgspec.Struct, frozen=True, kw_only=True):
     """Absolute deadline, seconds since the epoch."""
     auth: str = ""
     """The caller's `rb-auth` credential, as received; never forwarded by `to_headers`."""
+    progress: str = ""
+    """Where this hop's caller listens for heartbeats (`rb-progress`); never forwarded."""
 
     def to_headers(self) -> dict[str, str]:
         headers = {f"{PROP_PREFIX}{k}": v for k, v in self.props.items()}
@@ -68,6 +72,7 @@ class RunContext(msgspec.Struct, frozen=True, kw_only=True):
             props=props,
             deadline=deadline,
             auth=headers.get(AUTH, ""),
+            progress=headers.get(PROGRESS, ""),
         )
 
     def time_left(self) -> float | None:

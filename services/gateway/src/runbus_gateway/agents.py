@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from runbus.messages import Identifier
+from runbus.messages import Identifier, ModelSettings
 from runbus.messages.compaction import (
     CompactionStrategy,
     NoCompaction,
@@ -103,6 +103,9 @@ class AgentSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """System prompt."""
     model: str = ""
     """Model route, e.g. `offline` or `scripted/<script>` (not used by program agents)."""
+    model_settings: ModelSettings = ModelSettings()
+    """`[model_settings]`: max_output_tokens, temperature, top_p, stop, seed for every call
+    (unset ones take the route target's defaults)."""
     description: str = ""
     tools: list[str] = []
     """Tools the model may call; anything else it asks for is refused."""

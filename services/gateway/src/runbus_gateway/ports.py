@@ -24,6 +24,7 @@ from runbus.messages import (
     MemoryStore,
     ModelRequest,
     ModelResponse,
+    ModelSettings,
     RunEvent,
     ToolInvoke,
     ToolList,
@@ -55,6 +56,8 @@ from runbus.telemetry import inject, messaging_attributes
 
 from .agents import CompactionPolicy, MemoryPolicy
 from .approvals import Approvals
+
+NO_SETTINGS = ModelSettings()
 
 
 def owned_run(ctx: RunContext) -> str:
@@ -149,6 +152,7 @@ class BusPorts:
         messages: list[ChatMessage],
         tools: list[ToolSpec],
         message_id: str,
+        settings: ModelSettings = NO_SETTINGS,
     ) -> ModelResponse:
         request = ModelRequest(
             route=route,
@@ -156,9 +160,16 @@ class BusPorts:
             tools=tools,
             stream_to=subjects.events(ctx.run_id),
             message_id=message_id,
+            max_output_tokens=settings.max_output_tokens,
+            temperature=settings.temperature,
+            top_p=settings.top_p,
+            stop=settings.stop,
+            seed=settings.seed,
         )
+        # Waits as long as the router reports progress (bounded by the run's deadline); the
+        # router retries and fails over itself, and stops the provider when this wait ends.
         return await self.bus.request(
-            subjects.MODEL_COMPLETE, request, MODEL_RESPONSE_DECODER, ctx=ctx
+            subjects.MODEL_COMPLETE, request, MODEL_RESPONSE_DECODER, ctx=ctx, progress=True
         )
 
     async def invoke_tool(
@@ -178,6 +189,7 @@ class BusPorts:
                 TOOL_INVOKED_DECODER,
                 ctx=ctx,
                 span_subject=subjects.TOOL_INVOKE_TEMPLATE,
+                progress=True,  # a long tool is bounded by its own timeout, not the hop's
             )
         except (RemoteError, Unavailable) as exc:
             return ToolInvoked(result=FunctionResultContent(call_id=call.call_id, error=str(exc)))

@@ -10,6 +10,7 @@ from runbus.messages import (
     FunctionCallContent,
     MemoryHit,
     ModelResponse,
+    ModelSettings,
     RunEvent,
     ToolSpec,
 )
@@ -45,6 +46,7 @@ class RunPorts(StatePort, Protocol):
         messages: list[ChatMessage],
         tools: list[ToolSpec],
         message_id: str,
+        settings: ModelSettings = ...,
     ) -> ModelResponse: ...
 
     async def invoke_tool(

@@ -13,9 +13,12 @@ from runbus import subjects
 from runbus.jetstream import keys_matching, open_bucket
 from runbus.messages.runs import RUN_RECORD_DECODER, RunRecord, RunStatus
 
-RETRYABLE: Final = frozenset({"unavailable", "internal", "model_unavailable"})
-"""Failures worth another delivery: a service or every model target was down, or something
-broke unexpectedly. Everything else (bad input, auth, limits, cancel) is final at once."""
+RETRYABLE: Final = frozenset({"unavailable", "internal"})
+"""Failures worth another delivery: a service did not answer (down, died mid-call, or went
+silent past its idle timeout) or something broke unexpectedly. A model error, including
+`model_unavailable`, is final: the model router has already retried and failed over under
+its route policy, and a re-run would only repeat that. Everything else (bad input, auth,
+limits, cancel) is final at once."""
 
 RECORD_TTL: Final = 7 * 24 * 3600.0
 _ENCODER = msgspec.json.Encoder()

@@ -122,7 +122,9 @@ async def _loop(turn: Turn) -> Usage:
             )
             todo = turn.harness.todo_message(turn.state.bag)
             view = with_context(view, [todo] if todo else [])
-            reply = await ports.complete(ctx, agent.model, view, turn.tools, reply_id)
+            reply = await ports.complete(
+                ctx, agent.model, view, turn.tools, reply_id, agent.model_settings
+            )
             usage += reply.usage
             message = msgspec.structs.replace(reply.message, message_id=reply_id, source="external")
             calls = message.function_calls

@@ -90,6 +90,20 @@ class TargetConfig(_Config, frozen=True):
     """Consecutive failures that open this target's circuit."""
     breaker_cooldown: PositiveFloat = 30.0
     """Seconds an open circuit stays open before one probe call is let through."""
+    max_output_tokens: PositiveInt | None = None
+    """Cap on the tokens this target writes; a request's own cap applies when smaller."""
+    temperature: Annotated[float, msgspec.Meta(ge=0, le=2)] | None = None
+    """Sampling temperature when the request sets none."""
+    top_p: Annotated[float, msgspec.Meta(gt=0, le=1)] | None = None
+    """Nucleus sampling mass when the request sets none."""
+    stop: list[str] = []
+    """Stop sequences when the request sets none."""
+    seed: int | None = None
+    """Sampling seed when the request sets none."""
+    native_tools: bool = True
+    """The model calls tools through the API's `tools` field. False: tools are offered through
+    structured output (a JSON schema in `response_format`, which llama.cpp, vLLM and Ollama
+    enforce) and the answer is turned into ordinary function calls."""
     input_price: NonNegativeFloat = 0.0
     """Price per million input tokens."""
     output_price: NonNegativeFloat = 0.0

@@ -27,7 +27,7 @@ from runbus.messages import (
 )
 
 from .backends import OnDelta
-from .config import RouterConfig
+from .config import RouterConfig, TargetConfig
 from .errors import (
     BadToolArguments,
     InvalidToolArguments,
@@ -127,6 +127,7 @@ class Router:
             guard = self.guards[target.key]
             if plan.features.has_reasoning:
                 prepared = await self._reasoning_for(target, prepared)
+            prepared = with_target_settings(prepared, target.config)
             for attempt in range(target.config.retries + 1):
                 if not guard.breaker.try_acquire():
                     failures.append(f"{target.key}: circuit open")
@@ -232,6 +233,22 @@ class Router:
             cost=cost,
         )
         return msgspec.structs.replace(response, message=message, route=plan.route.name, cost=cost)
+
+
+def with_target_settings(request: ModelRequest, target: TargetConfig) -> ModelRequest:
+    """The request with the target's model settings where the request sets none; of two
+    output caps the smaller holds (a target's cap is often the provider's own limit)."""
+    cap = request.max_output_tokens
+    if target.max_output_tokens is not None:
+        cap = min(cap, target.max_output_tokens) if cap else target.max_output_tokens
+    return msgspec.structs.replace(
+        request,
+        max_output_tokens=cap,
+        temperature=target.temperature if request.temperature is None else request.temperature,
+        top_p=target.top_p if request.top_p is None else request.top_p,
+        stop=request.stop or target.stop,
+        seed=target.seed if request.seed is None else request.seed,
+    )
 
 
 def _repair_turn(

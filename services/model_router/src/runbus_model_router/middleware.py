@@ -78,8 +78,17 @@ def _request_attributes(call: ModelCall) -> dict[str, AttributeValue]:
         "runbus.model.route": call.route,
         "runbus.model.attempt": call.attempt,
     }
-    if call.request.max_output_tokens:
-        attributes["gen_ai.request.max_tokens"] = call.request.max_output_tokens
+    request = call.request
+    if request.max_output_tokens:
+        attributes["gen_ai.request.max_tokens"] = request.max_output_tokens
+    if request.temperature is not None:
+        attributes["gen_ai.request.temperature"] = request.temperature
+    if request.top_p is not None:
+        attributes["gen_ai.request.top_p"] = request.top_p
+    if request.stop:
+        attributes["gen_ai.request.stop_sequences"] = request.stop
+    if request.seed is not None:
+        attributes["gen_ai.request.seed"] = request.seed
     if call.target.server:
         attributes["server.address"], attributes["server.port"] = call.target.server
     return attributes

@@ -108,6 +108,14 @@ class OpenAIChatModel:
                 params["parallel_tool_calls"] = True
         if request.max_output_tokens:
             params[self.config.max_tokens_param] = request.max_output_tokens
+        if request.temperature is not None:
+            params["temperature"] = request.temperature
+        if request.top_p is not None:
+            params["top_p"] = request.top_p
+        if request.stop:
+            params["stop"] = request.stop
+        if request.seed is not None:
+            params["seed"] = request.seed
         return params
 
     async def complete(self, request: ModelRequest, on_delta: OnDelta) -> ModelResponse:

@@ -16,6 +16,7 @@ from opentelemetry.metrics import MeterProvider
 from opentelemetry.sdk.trace import TracerProvider
 
 from runbus import blobs, subjects
+from runbus.bus import heartbeats
 from runbus.headers import RunContext
 from runbus.messages import ModelRequest, ModelResponse, RunTextDelta
 from runbus.messages.model import (
@@ -167,15 +168,23 @@ class ModelRouterService(Service):
                 delta = RunTextDelta(run_id=ctx.run_id, message_id=message_id, delta=text)
                 await self.bus.publish(stream_to, delta, ctx=ctx)
 
-        if not ctx.run_id:
-            return await self.router.complete(ctx, request, on_delta)
-        # The call runs as its own task so a cancel of the run can stop it (and close the
-        # provider's stream) while this handler still answers with a typed error.
+        # The call runs as its own task so a cancel of the run, or its caller going away (a
+        # gateway that gave up, was cancelled or died), stops it and closes the provider's
+        # stream, while this handler still answers with a typed error.
         call = asyncio.ensure_future(self.router.complete(ctx, request, on_delta))
+        if not ctx.run_id:
+            return await heartbeats(self.nc, ctx.progress, call, on_gone=self._log_abandoned)
         calls = self._calls.setdefault(ctx.run_id, set())
         calls.add(call)
         try:
-            return await call
+            response = await heartbeats(self.nc, ctx.progress, call, on_gone=self._log_abandoned)
+            if stream_to and response.finish_reason == "length":
+                # A reader of the stream learns the text was cut, not finished.
+                cut = RunTextDelta(
+                    run_id=ctx.run_id, message_id=message_id, delta="", finish_reason="length"
+                )
+                await self.bus.publish(stream_to, cut, ctx=ctx)
+            return response
         except asyncio.CancelledError:
             current = asyncio.current_task()
             if ctx.run_id in self._cancelled and current is not None and not current.cancelling():
@@ -185,6 +194,9 @@ class ModelRouterService(Service):
             calls.discard(call)
             if not calls:
                 self._calls.pop(ctx.run_id, None)
+
+    def _log_abandoned(self) -> None:
+        self.log.info("model_call_abandoned", reason="the caller stopped listening")
 
     async def on_usage(self, ctx: RunContext, query: ModelUsageQuery) -> ModelUsageReport:
         assert self.ledger is not None, "on_start has not run"

@@ -365,9 +365,10 @@ class Executor:
                 self._running.pop(ctx.run_id, None)
 
     def _timeout(self, tool: Tool, ctx: RunContext) -> float:
-        """The tool's timeout, capped by the hop timeout and the time the run has left."""
+        """The tool's timeout, capped by the time the run has left and, for a caller that does
+        not listen for heartbeats, by the hop timeout."""
         limit = tool.timeout
-        if self.max_timeout is not None:
+        if self.max_timeout is not None and not ctx.progress:
             limit = min(limit, self.max_timeout)
         left = ctx.time_left()
         if left is not None:

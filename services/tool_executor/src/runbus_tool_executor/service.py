@@ -15,6 +15,7 @@ from nats.aio.subscription import Subscription
 from opentelemetry.sdk.trace import TracerProvider
 
 from runbus import subjects
+from runbus.bus import heartbeats
 from runbus.errors import BadRequest
 from runbus.headers import RunContext
 from runbus.messages import ToolCatalog, ToolInvoke, ToolInvoked, ToolList
@@ -150,7 +151,9 @@ class ToolExecutorService(Service):
             raise UnknownTool(request.name)
         if not request.call_id:
             raise BadRequest("call_id must not be empty", details={"field": "call_id"})
-        return await self.executor.invoke(tool, request, ctx)
+        # A caller that listens for progress learns the tool is still running, so a long
+        # tool is bounded by its own timeout instead of the hop's.
+        return await heartbeats(self.nc, ctx.progress, self.executor.invoke(tool, request, ctx))
 
     async def on_cancel(self, msg: Msg) -> None:
         self.executor.cancel_run(msg.subject.rsplit(".", 1)[-1])

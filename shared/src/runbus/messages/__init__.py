@@ -16,7 +16,7 @@ from .contents import (
 from .errors import ErrorInfo, ErrorReply
 from .history import HistoryAppend, HistoryAppended, HistoryLoad, HistoryLoaded
 from .memory import MemoryHit, MemoryHits, MemorySearch, MemoryStore, MemoryStored
-from .model import ModelRequest, ModelResponse, ToolSpec
+from .model import ModelRequest, ModelResponse, ModelSettings, ToolSpec
 from .runs import (
     RunApprovalRequested,
     RunCompacted,
@@ -55,6 +55,7 @@ __all__ = [
     "MessageGroup",
     "ModelRequest",
     "ModelResponse",
+    "ModelSettings",
     "ReasoningContent",
     "Record",
     "Role",

@@ -17,6 +17,22 @@ class ToolSpec(Record, frozen=True):
     """JSON Schema of the arguments the model may choose (injected ones are hidden)."""
 
 
+class ModelSettings(Record, frozen=True):
+    """How the model writes, as users of the OpenAI API know the settings; None (or empty) for
+    the route target's default."""
+
+    max_output_tokens: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    """Cap on the tokens the model may write."""
+    temperature: Annotated[float, msgspec.Meta(ge=0, le=2)] | None = None
+    """Sampling temperature."""
+    top_p: Annotated[float, msgspec.Meta(gt=0, le=1)] | None = None
+    """Nucleus sampling mass."""
+    stop: list[str] = []
+    """Sequences that end the reply."""
+    seed: int | None = None
+    """Sampling seed."""
+
+
 class ModelRequest(Message, frozen=True, tag="model.complete"):
     route: str
     """Route or model to use, e.g. `offline`, `scripted/travel-3-tools`."""
@@ -32,7 +48,17 @@ class ModelRequest(Message, frozen=True, tag="model.complete"):
     """A route the caller would prefer for this call (compaction asks for `cheap`); routing
     rules may act on it. Empty for none."""
     max_output_tokens: int | None = None
-    """Cap on the tokens the model may write; None for the target's default."""
+    """Cap on the tokens the model may write; None for the target's default (the smaller of
+    the two applies when both are set)."""
+    temperature: float | None = None
+    """Sampling temperature; None for the target's default."""
+    top_p: float | None = None
+    """Nucleus sampling mass; None for the target's default."""
+    stop: list[str] = []
+    """Sequences that end the reply; empty for the target's default."""
+    seed: int | None = None
+    """Sampling seed, for repeatable replies where the provider supports it; None for the
+    target's default."""
 
 
 FinishReason = Literal["stop", "tool_calls", "length"]

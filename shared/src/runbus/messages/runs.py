@@ -39,6 +39,9 @@ class RunTextDelta(Message, frozen=True, tag="run.text_delta"):
     """Assistant message the delta belongs to."""
     delta: str
     """Next piece of text, in order."""
+    finish_reason: str = ""
+    """Set on the closing delta of a reply that was cut short (empty `delta`): `length` when
+    the model hit `max_output_tokens`. Empty on every other delta."""
 
 
 class RunToolCall(Message, frozen=True, tag="run.tool_call"):
