@@ -20,6 +20,7 @@ from runbus_memory.edge import EdgeStore
 from runbus_memory.embedder import HashingEmbedder
 from runbus_memory.service import MemoryService
 from runbus_model_router.backends import ModelBackend
+from runbus_model_router.config import RouterConfig
 from runbus_model_router.scripted import ScriptedReply
 from runbus_model_router.service import ModelRouterService, default_routes
 from runbus_tool_executor.registry import ToolRegistry
@@ -70,6 +71,7 @@ async def start_stack(
     connect_options: dict[str, object] | None = None,
     gateway_options: Mapping[str, object] | None = None,
     tool_registries: list[ToolRegistry] | None = None,
+    router_config: RouterConfig | None = None,
 ) -> AsyncIterator[Stack]:
     """The six services in-process. `stream_replicas` goes to every service that creates
     JetStream streams or KV buckets; `request_timeout` caps every bus hop."""
@@ -107,7 +109,11 @@ async def start_stack(
             "compaction": (CompactionService, {}),
             "model_router": (
                 ModelRouterService,
-                {"routes": routes or default_routes(scripts or {}), **kv_replicated},
+                {
+                    "routes": routes or default_routes(scripts or {}),
+                    "config": router_config,
+                    **kv_replicated,
+                },
             ),
             "tool_executor": (
                 ToolExecutorService,

@@ -41,6 +41,7 @@ NO_RESPONDERS_RETRY: Final = 0.05
 HEARTBEAT_EVERY: Final = 0.5
 """Seconds between heartbeats of work in progress; also how soon work whose caller is gone
 is cancelled."""
+MIN_IDLE: Final = 2 * HEARTBEAT_EVERY
 REQUEST_TIMEOUT_SETTING: Final = "RUNBUS_REQUEST_TIMEOUT"
 _REPLY: Final = "r"
 _BEAT: Final = "p"
@@ -95,7 +96,9 @@ class Bus:
             headers = ctx.to_headers()
             inject(headers, set_span_in_context(span))
             if progress:
-                reply = await self._request_with_progress(subject, data, wait, left, headers)
+                # At least two heartbeats fit in the idle time, so one late beat is no failure.
+                idle = max(wait, MIN_IDLE)
+                reply = await self._request_with_progress(subject, data, idle, left, headers)
             else:
                 reply = await self._request(subject, data, wait, left, headers)
             if reply.headers and h.ERROR in reply.headers:

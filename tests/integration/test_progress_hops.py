@@ -1,0 +1,86 @@
+"""Progress-aware hops over a real nats-server: the wait follows the serving side's heartbeats,
+silence fails with an error naming the setting, and work whose caller left is cancelled."""
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import msgspec
+import pytest
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from opentelemetry.trace import NoOpTracer
+
+from runbus.bus import Bus, heartbeats
+from runbus.errors import IdleTimeout, MessageTooLarge
+from runbus.headers import RunContext
+from runbus.messages import TextContent
+
+CONTENT_DECODER = msgspec.json.Decoder(TextContent)
+REPLY = TextContent(text="done")
+SUBJECT = "test.progress"
+
+
+async def serve(nc: NATS, work: Callable[[], Awaitable[None]]) -> None:
+    """A replica that answers after `work`, beating to the caller meanwhile."""
+
+    async def on_request(msg: Msg) -> None:
+        ctx = RunContext.from_headers(msg.headers)
+        await heartbeats(nc, ctx.progress, work())
+        await msg.respond(msgspec.json.encode(REPLY))
+
+    await nc.subscribe(SUBJECT, cb=on_request)
+    await nc.flush()
+
+
+async def test_work_longer_than_the_timeout_finishes_while_it_beats(nc: NATS) -> None:
+    async def slow() -> None:
+        await asyncio.sleep(2.2)  # the work itself, longer than any idle timeout allows
+
+    await serve(nc, slow)
+    bus = Bus(nc, NoOpTracer(), request_timeout=0.3)
+    reply = await bus.request(SUBJECT, REPLY, CONTENT_DECODER, ctx=RunContext(), progress=True)
+    assert reply == REPLY
+
+
+async def test_silence_fails_with_an_error_naming_the_setting(nc: NATS) -> None:
+    """A replica that took the request and then says nothing (stalled, or died after it)."""
+    async def take_and_say_nothing(msg: Msg) -> None:
+        pass
+
+    await nc.subscribe("test.silent", cb=take_and_say_nothing)
+    bus = Bus(nc, NoOpTracer(), request_timeout=0.3)
+    with pytest.raises(IdleTimeout) as caught:
+        await bus.request("test.silent", REPLY, CONTENT_DECODER, ctx=RunContext(), progress=True)
+    assert "RUNBUS_REQUEST_TIMEOUT" in str(caught.value)
+    assert caught.value.code == "unavailable"
+
+
+async def test_work_is_cancelled_when_its_caller_stops_waiting(nc: NATS) -> None:
+    started, cancelled = asyncio.Event(), asyncio.Event()
+
+    async def endless() -> None:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            cancelled.set()
+
+    await serve(nc, endless)
+    bus = Bus(nc, NoOpTracer(), request_timeout=5)
+    call = asyncio.ensure_future(
+        bus.request(SUBJECT, REPLY, CONTENT_DECODER, ctx=RunContext(), progress=True)
+    )
+    await asyncio.wait_for(started.wait(), 5)
+    call.cancel()
+    await asyncio.wait_for(cancelled.wait(), 2)
+
+
+async def test_a_message_over_the_server_limit_is_refused_before_it_is_sent(nc: NATS) -> None:
+    bus = Bus(nc, NoOpTracer())
+    huge = TextContent(text="x" * (nc.max_payload + 1))
+    with pytest.raises(MessageTooLarge) as caught:
+        await bus.request(SUBJECT, huge, CONTENT_DECODER, ctx=RunContext())
+    assert caught.value.limit == nc.max_payload
+    assert caught.value.code == "message_too_large"
+    with pytest.raises(MessageTooLarge):
+        await bus.publish(SUBJECT, huge)
