@@ -1,0 +1,76 @@
+"""What a failing model does to a run: the router retries and fails over under its route
+policy, the gateway does not re-run the run on top, history keeps the user's message and
+nothing of the failed call, and the next run on the session sends the provider a valid prompt."""
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from nats.aio.client import Client as NATS
+
+from runbus.client import RunbusClient, RunFailedError
+from runbus.embedded import EmbeddedNats
+from runbus.messages.runs import RUN_INFO_DECODER, RunGet
+from runbus_gateway.agents import AgentSpec
+from runbus_model_router.config import parse_config
+from tests.integration.model_provider import (
+    LoopbackProvider,
+    loopback,
+    status_reply,
+    text_reply,
+)
+from tests.stack import Stack, start_stack
+
+AGENT = AgentSpec(name="chat", model="flaky", instructions="Be brief.")
+
+
+@pytest.fixture
+async def provider() -> AsyncIterator[LoopbackProvider]:
+    async with loopback() as running:
+        yield running
+
+
+@pytest.fixture
+async def flaky_stack(
+    nats_server: EmbeddedNats, tmp_path: Path, provider: LoopbackProvider
+) -> AsyncIterator[Stack]:
+    config = parse_config(
+        f"""
+[backends.lb]
+base_url = "{provider.base_url}"
+[routes.flaky]
+[[routes.flaky.targets]]
+backend = "lb"
+model = "small-1"
+retries = 1
+backoff = 0
+"""
+    )
+    async with start_stack(
+        nats_server.url, data_dir=tmp_path / "data", agents={"chat": AGENT}, router_config=config
+    ) as stack:
+        yield stack
+
+
+async def test_a_failing_model_fails_the_run_once_and_the_next_run_on_the_session_is_valid(
+    flaky_stack: Stack, nc: NATS, provider: LoopbackProvider
+) -> None:
+    provider.script(status_reply(503), status_reply(503), text_reply("Hello again."))
+    client = RunbusClient(nc, token="dev-alice")
+
+    with pytest.raises(RunFailedError) as failed:
+        await client.run("chat", "First question", session_id="s-flaky", run_id="r-fail")
+    assert failed.value.remote_code == "model_unavailable"
+    # The router's retry (retries = 1) and nothing more: the gateway did not re-run the run.
+    assert len(provider.requests) == 2
+    info = await client.call("runs.get", RunGet(run_id="r-fail"), RUN_INFO_DECODER)
+    assert (info.record.status, info.record.attempts) == ("failed", 1)
+
+    completed = await client.run("chat", "Second question", session_id="s-flaky", run_id="r-ok")
+    assert completed.text == "Hello again."
+    prompt = provider.requests[-1]["messages"]
+    assert [(m["role"], m["content"]) for m in prompt] == [
+        ("system", "Be brief."),
+        ("user", "First question"),
+        ("user", "Second question"),
+    ]
