@@ -36,6 +36,7 @@ from runbus.messages.model import (
 from runbus.messages.runs import RUN_INFO_DECODER, RunCancel, RunGet
 from runbus_gateway.agents import AgentSpec
 from runbus_model_router.config import RouterConfig, parse_config
+from tests.helpers import eventually
 from tests.integration.model_provider import user
 from tests.stack import Stack, start_stack
 
@@ -101,13 +102,13 @@ async def generating(llama: LocalModelServer) -> int:
     return sum(1 for slot in slots if slot["is_processing"])
 
 
-async def until_idle(llama: LocalModelServer, within: float) -> float:
-    """Seconds until no slot generates; fails after `within`."""
-    started = time.monotonic()
-    while await generating(llama):
-        assert time.monotonic() - started < within, f"the server still generates after {within}s"
-        await asyncio.sleep(0.05)
-    return time.monotonic() - started
+async def until_idle(llama: LocalModelServer, within: float) -> None:
+    """Wait until no slot generates; fails after `within` seconds."""
+
+    async def idle() -> bool:
+        return await generating(llama) == 0
+
+    await eventually(idle, within, what="the llama.cpp server to stop generating")
 
 
 async def timed_events(

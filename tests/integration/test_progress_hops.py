@@ -14,6 +14,7 @@ from runbus.bus import Bus, heartbeats
 from runbus.errors import IdleTimeout, MessageTooLarge
 from runbus.headers import RunContext
 from runbus.messages import TextContent
+from tests.helpers import take_time
 
 CONTENT_DECODER = msgspec.json.Decoder(TextContent)
 REPLY = TextContent(text="done")
@@ -34,7 +35,7 @@ async def serve(nc: NATS, work: Callable[[], Awaitable[None]]) -> None:
 
 async def test_work_longer_than_the_timeout_finishes_while_it_beats(nc: NATS) -> None:
     async def slow() -> None:
-        await asyncio.sleep(2.2)  # the work itself, longer than any idle timeout allows
+        await take_time(2.2)  # the work itself, longer than any idle timeout allows
 
     await serve(nc, slow)
     bus = Bus(nc, NoOpTracer(), request_timeout=0.3)
@@ -44,6 +45,7 @@ async def test_work_longer_than_the_timeout_finishes_while_it_beats(nc: NATS) ->
 
 async def test_silence_fails_with_an_error_naming_the_setting(nc: NATS) -> None:
     """A replica that took the request and then says nothing (stalled, or died after it)."""
+
     async def take_and_say_nothing(msg: Msg) -> None:
         pass
 
