@@ -36,7 +36,7 @@ from runbus.messages.memory import SearchScope
 from runbus.messages.sessions import ConcurrencyPolicy, SessionOpened, SessionRecord
 from runbus.messages.tools import ApprovalGrant, ApprovalRequest, ToolInvoked
 from runbus_gateway.agents import AgentSpec, CompactionPolicy, MemoryPolicy
-from runbus_gateway.errors import MaxIterationsExceeded
+from runbus_gateway.errors import MaxIterationsExceeded, TooManyToolCalls
 from runbus_gateway.loop import RunPorts, execute_run
 from tests.helpers import take_time
 
@@ -671,3 +671,79 @@ async def test_on_demand_memory_offers_the_search_tool_instead_of_searching_firs
     assert "memory_search" in [t.name for t in ports.offered[0]]
     assert [c.name for c in ports.invoked] == ["memory_search"]
     assert on_demand.memory.search_props() == {"memory_scope": "user_id", "memory_limit": "5"}
+
+
+class FailingPorts(RecordingPorts):
+    """Fails the one hop named `fail` (memory down, no tool catalogue, …)."""
+
+    def __init__(self, fail: str, replies: Iterable[ChatMessage | Exception]) -> None:
+        super().__init__(replies, hits=[HIT])
+        self.fail = fail
+
+    def _maybe_fail(self, hop: str) -> None:
+        if hop == self.fail:
+            raise Unavailable(f"{hop} is down")
+
+    async def open_session(self, ctx: RunContext, policy: ConcurrencyPolicy) -> SessionOpened:
+        self._maybe_fail("open_session")
+        return await super().open_session(ctx, policy)
+
+    async def search_memory(
+        self, ctx: RunContext, query: str, policy: MemoryPolicy
+    ) -> list[MemoryHit]:
+        self._maybe_fail("search_memory")
+        return await super().search_memory(ctx, query, policy)
+
+    async def list_tools(self, ctx: RunContext, names: list[str]) -> list[ToolSpec]:
+        self._maybe_fail("list_tools")
+        return await super().list_tools(ctx, names)
+
+    async def compact(
+        self, ctx: RunContext, messages: list[ChatMessage], policy: CompactionPolicy
+    ) -> CompactResult:
+        self._maybe_fail("compact")
+        return await super().compact(ctx, messages, policy)
+
+    async def invoke_tool(
+        self, ctx: RunContext, call: FunctionCallContent, approval: ApprovalGrant | None = None
+    ) -> ToolInvoked:
+        self._maybe_fail("invoke_tool")
+        return await super().invoke_tool(ctx, call, approval)
+
+    async def store_memory(self, ctx: RunContext, texts: list[str]) -> None:
+        await super().store_memory(ctx, texts)
+        self._maybe_fail("store_memory")
+
+
+@pytest.mark.parametrize(
+    "fail", ["open_session", "search_memory", "list_tools", "compact", "complete", "store_memory"]
+)
+async def test_a_run_that_fails_at_any_step_releases_its_session_before_it_fails(
+    fail: str,
+) -> None:
+    replies: list[ChatMessage | Exception] = [
+        Unavailable("complete is down") if fail == "complete" else said("Noted.")
+    ]
+    ports = FailingPorts(fail, replies)
+
+    with pytest.raises(Unavailable) as failed:
+        await run(ports, request("I live in Melbourne."))
+
+    assert fail in str(failed.value)
+    assert len(ports.releases) == 1
+    assert ports.hops[-1] in ("append_history", "store_memory")
+
+
+async def test_a_reply_with_more_tool_calls_than_the_agent_allows_fails_before_any_runs() -> None:
+    agent = msgspec.structs.replace(AGENT, max_tool_calls=3)
+    many = asks(*[("get_weather", {"city": f"C{i}"}) for i in range(4)])
+    ports = RecordingPorts([many])
+
+    with pytest.raises(TooManyToolCalls) as failed:
+        await run(ports, agent=agent)
+
+    assert failed.value.code == "tool_call_limit"
+    assert "max_tool_calls" in failed.value.message
+    assert ports.invoked == []
+    assert [m.role for m in ports.appended] == ["user"]
+    assert len(ports.releases) == 1

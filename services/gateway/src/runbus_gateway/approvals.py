@@ -21,7 +21,7 @@ from nats.js.kv import KeyValue
 
 from runbus import subjects
 from runbus.errors import NotFound, RunbusError
-from runbus.jetstream import open_bucket
+from runbus.jetstream import keys_matching, open_bucket
 from runbus.messages.tools import ApprovalGrant, ApprovalRequest
 
 RECORD_TTL: Final = 7 * 24 * 3600.0
@@ -163,3 +163,22 @@ class Approvals:
                 await asyncio.sleep(0)
                 continue
             return decision
+
+    async def withdraw(self, tenant: str, user_id: str, run_id: str) -> int:
+        """Close the pending approvals of a run that ended for good (failed or cancelled), so
+        none stays decidable for a run that will never act on it; returns how many."""
+        withdrawn = 0
+        for key in await keys_matching(
+            self.kv, subjects.approval_key(tenant, user_id, run_id, "*")
+        ):
+            found = await self._get(key)
+            if found is None or found[0].status != "pending":
+                continue
+            record, revision = found
+            closed = msgspec.structs.replace(
+                record, status="expired", decided_at=time.time(), note="the run ended"
+            )
+            with contextlib.suppress(KeyWrongLastSequenceError):  # decided meanwhile
+                await self.kv.update(key, _ENCODER.encode(closed), last=revision)
+                withdrawn += 1
+        return withdrawn

@@ -87,6 +87,8 @@ class RunBook:
             status: RunStatus = "cancelled" if isinstance(error, RunCancelled) else "failed"
             with contextlib.suppress(Exception):
                 await self.records.set_status(record, status, error=info)
+            with contextlib.suppress(Exception):
+                await self.ports.approvals.withdraw(record.tenant, record.user_id, run_id)
         if not is_identifier(run_id):
             # Not a subject-safe id: there is no events subject a client could be reading.
             log.info("run_failure_not_published", reason="no usable run id")

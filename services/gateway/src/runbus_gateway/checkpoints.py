@@ -68,7 +68,7 @@ class Checkpointer:
         if self._error is not None:
             raise self._error
 
-    async def close(self, history_length: int) -> None:
+    async def close(self, history_length: int | None) -> None:
         """Write what is pending and release the session's claim, in one append."""
         await self.flush()
         batch, self._pending = self._pending, []

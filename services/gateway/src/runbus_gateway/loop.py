@@ -18,7 +18,7 @@ from runbus.messages import ChatMessage, RunCompleted, RunRequest, TextContent
 
 from .agents import AgentSpec
 from .checkpoints import Checkpointer, message_id
-from .context import assemble, stamp_input
+from .context import Start, assemble, stamp_input
 from .events import RunEvents
 from .harness.guardrails import Refusal
 from .harness.runtime import Harness
@@ -53,44 +53,50 @@ async def execute_run(
     await events.started(agent.name)
     if refusal := harness.refuse(inputs):
         return await _refuse(events, harness, refusal)
-    start = await assemble(ctx, agent, ports, harness, inputs)
-    if start.notice:
-        await harness.acknowledge_mode(start.state)
     checkpoint = Checkpointer(ports, ctx)
-    if not start.resumed_inputs:
-        checkpoint.add(inputs)
-    turn = Turn(
-        agent,
-        ctx,
-        ports,
-        harness,
-        start.state,
-        start.tools,
-        start.prompt,
-        start.progress,
-        checkpoint,
-        events,
-        observer,
-    )
+    start: Start | None = None
     try:
+        start = await assemble(ctx, agent, ports, harness, inputs)
+        if start.notice:
+            await harness.acknowledge_mode(start.state)
+        if not start.resumed_inputs:
+            checkpoint.add(inputs)
+        turn = Turn(
+            agent,
+            ctx,
+            ports,
+            harness,
+            start.state,
+            start.tools,
+            start.prompt,
+            start.progress,
+            checkpoint,
+            events,
+            observer,
+        )
         if harness.program is not None:
             usage = await run_program_agent(turn, start.inputs, start.earlier, start.recalled)
         else:
             usage = await run_passes(turn)
     except BaseException:
-        # Whatever stops the run, what it produced so far is saved and the session released
-        # before the failure is reported: the next run on the session sees a valid prefix.
+        # Whatever stops the run — even memory or the tool catalogue failing after the session
+        # was claimed — what it produced so far is saved and the session released before the
+        # failure is reported: the next run on the session finds it free and a valid prefix.
         with contextlib.suppress(Exception):
-            await checkpoint.close(history_length=len(start.prompt))
+            await checkpoint.close(history_length=len(start.prompt) if start else None)
         raise
 
     statements = memorable_statements(inputs) if agent.memory.store_user_statements else []
     progress = start.progress
     history_length = len(start.earlier) + len(start.inputs) + len(progress.response)
-    await asyncio.gather(
+    # Both finish before a failure of either is reported: the release is never left behind.
+    for outcome in await asyncio.gather(
         checkpoint.close(history_length=history_length),
         *([ports.store_memory(ctx, statements)] if statements else []),
-    )
+        return_exceptions=True,
+    ):
+        if isinstance(outcome, BaseException):
+            raise outcome
     response = [msgspec.structs.replace(m, source="external") for m in progress.response]
     text = progress.final_text if progress.final_text is not None else response[-1].text
     return RunCompleted(run_id=ctx.run_id, response=response, text=text, usage=usage)
