@@ -56,6 +56,7 @@ from runbus.telemetry import inject, messaging_attributes
 
 from .agents import CompactionPolicy, MemoryPolicy
 from .approvals import Approvals
+from .catalog import ToolCatalogCache
 
 NO_SETTINGS = ModelSettings()
 
@@ -69,6 +70,7 @@ class BusPorts:
     def __init__(self, bus: Bus, approvals: Approvals) -> None:
         self.bus = bus
         self.approvals = approvals
+        self.catalog = ToolCatalogCache()
         self._event_acks: dict[str, list[asyncio.Future[PubAck]]] = defaultdict(list)
 
     async def open_session(self, ctx: RunContext, policy: ConcurrencyPolicy) -> SessionOpened:
@@ -125,10 +127,15 @@ class BusPorts:
     async def list_tools(self, ctx: RunContext, names: list[str]) -> list[ToolSpec]:
         if not names:
             return []
-        reply = await self.bus.request(
-            subjects.TOOLS_LIST, ToolList(names=names), TOOL_CATALOG_DECODER, ctx=ctx
-        )
-        return reply.tools
+
+        async def fetch() -> list[ToolSpec]:
+            request = ToolList(names=names)
+            reply = await self.bus.request(
+                subjects.TOOLS_LIST, request, TOOL_CATALOG_DECODER, ctx=ctx
+            )
+            return reply.tools
+
+        return await self.catalog.get((ctx.agent, ctx.prop("tenant"), tuple(names)), fetch)
 
     async def compact(
         self, ctx: RunContext, messages: list[ChatMessage], policy: CompactionPolicy
@@ -192,6 +199,8 @@ class BusPorts:
                 progress=True,  # a long tool is bounded by its own timeout, not the hop's
             )
         except (RemoteError, Unavailable) as exc:
+            # The catalogue may offer a tool that is gone: ask again next run.
+            self.catalog.forget(ctx.agent, ctx.prop("tenant"))
             return ToolInvoked(result=FunctionResultContent(call_id=call.call_id, error=str(exc)))
 
     async def await_approval(

@@ -10,6 +10,7 @@ from runbus.messages import ChatMessage, TextContent, Usage
 
 from .agents import AgentSpec
 from .checkpoints import Checkpointer, message_id, persisted_compaction
+from .compaction_gate import may_compact
 from .errors import MaxIterationsExceeded, ToolErrorLimit, TooManyToolCalls
 from .events import RunEvents
 from .fanout import result_text, run_tools
@@ -91,9 +92,9 @@ async def compact_prompt(
     checkpoint: Checkpointer | None = None,
 ) -> list[ChatMessage]:
     """The prompt copy the model sees; with `persist`, what it made of the history is also
-    stored. An agent without a compaction policy skips the hop: the prompt is already a valid
-    provider list (history repairs what it loads)."""
-    if not agent.compaction.enabled:
+    stored. The hop is skipped while no trigger of the agent's policy can hold (or it has
+    none): the prompt is already a valid provider list (history repairs what it loads)."""
+    if not may_compact(agent.compaction, prompt):
         return prompt
     ctx = events.ctx
     compacted = await ports.compact(ctx, prompt, agent.compaction)
