@@ -71,7 +71,11 @@ async def test_raw_request_from_plain_nats_py_completes_across_six_processes(
     assert f"{result['temperature_c']}°C" in events[-1]["text"]
 
 
-async def test_run_is_one_trace_in_the_otlp_receiver_across_all_six_services(
+HOPPED = set(SERVICE_NAMES) - {"compaction"}
+"""The services a short run reaches: its prompt stays under the compaction trigger."""
+
+
+async def test_run_is_one_trace_in_the_otlp_receiver_across_every_service_it_reaches(
     client: NATS, receiver: tuple[OtlpReceiver, str]
 ) -> None:
     events = await publish_and_collect(
@@ -84,13 +88,13 @@ async def test_run_is_one_trace_in_the_otlp_receiver_across_all_six_services(
         if not roots:
             return []
         spans = [s for s in receiver[0].snapshot() if s.trace_id == roots[0].trace_id]
-        complete = {s.service for s in spans} == set(SERVICE_NAMES)
+        complete = {s.service for s in spans} == HOPPED
         # The run's root span ends last (after the ack), so it may come in a later batch.
         return spans if complete and any(not s.parent_span_id for s in spans) else []
 
     spans = await eventually(whole_trace, 5)
 
-    assert {s.service for s in spans} == set(SERVICE_NAMES)
+    assert {s.service for s in spans} == HOPPED
     ids = {s.span_id for s in spans}
     orphans = [s.name for s in spans if s.parent_span_id and s.parent_span_id not in ids]
     assert orphans == []
