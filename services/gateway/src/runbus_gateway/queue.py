@@ -112,7 +112,7 @@ class Admission:
 
 class RunQueue:
     def __init__(self, admission: Admission) -> None:
-        self.a = admission
+        self.admission = admission
 
     async def on_run(self, delivery: Delivery) -> None:
         """One delivery of a run request: admit, execute (or resume), book the outcome.
@@ -120,7 +120,7 @@ class RunQueue:
         A retryable failure is redelivered with backoff; after MAX_ATTEMPTS the request moves
         to the dead letters with its error and the run fails. Every other failure is final.
         """
-        a = self.a
+        a = self.admission
         run_id = delivery.headers.get(h.MSG_ID, "")
         principal: Principal | None = None
         run: LocalRun | None = None
@@ -144,7 +144,7 @@ class RunQueue:
         self, delivery: Delivery, request: RunRequest, principal: Principal
     ) -> LocalRun:
         """The run of an admitted request: its id is the owner's and its agent known."""
-        a = self.a
+        a = self.admission
         trace.get_current_span().set_attribute("runbus.run_id", request.run_id)
         await a.owners.claim(request.run_id, principal.tenant, principal.user_id)
         agent = a.agents.get(request.agent)
@@ -166,14 +166,14 @@ class RunQueue:
         """Not when its owner cancelled it while it waited in the stream for its retry, nor
         when every attempt was cut off."""
         if delivery.attempt > 1:
-            earlier = await self.a.records.get(*run.owner, run.run_id)
+            earlier = await self.admission.records.get(*run.owner, run.run_id)
             if earlier is not None and earlier.status == "cancelled":
                 raise RunCancelled(run.run_id)
         if delivery.attempt > MAX_ATTEMPTS:
             raise DeadLettered(delivery.attempt - 1, "the gateway stopped during every attempt")
 
     async def _execute(self, run: LocalRun) -> None:
-        a = self.a
+        a = self.admission
         # The `running` record is written alongside the run rather than before it; it is only
         # a status for people, and it always lands before the final record (awaited below).
         noted = asyncio.ensure_future(a.records.put(run.record))
@@ -218,7 +218,7 @@ class RunQueue:
                 "request_id": request.run_id,
                 **memory,
             },
-            deadline=time.time() + self.a.run_timeout,
+            deadline=time.time() + self.admission.run_timeout,
         )
 
 
