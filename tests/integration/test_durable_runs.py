@@ -12,15 +12,23 @@ import pytest
 from runbus import subjects
 from runbus.client import RunbusClient
 from runbus.embedded import EmbeddedNats
-from runbus.messages import HistoryLoad, ModelRequest, RunCompleted, RunFailed, RunTextDelta
+from runbus.messages import (
+    ChatMessage,
+    HistoryLoad,
+    ModelRequest,
+    RunCompleted,
+    RunFailed,
+    RunTextDelta,
+)
 from runbus.messages.history import HISTORY_LOADED_DECODER
 from runbus.messages.runs import RUN_INFO_DECODER, RUN_LISTED_DECODER, RunGet, RunList
 from runbus_gateway.agents import load_agents
 from runbus_gateway.auth import TokenVerifier
 from runbus_gateway.service import GatewayService
+from runbus_tool_executor import travel
 from runbus_tool_executor.service import ToolExecutorService
 from tests.helpers import eventually
-from tests.models import GatedModel, text, turn_step, weather_then_answer
+from tests.models import GatedModel, call, text, turn_step, weather_then_answer
 from tests.stack import Stack, start_stack
 
 AGENTS = {"travel": msgspec.structs.replace(load_agents()["travel"], model="gated")}
@@ -76,9 +84,55 @@ async def test_run_of_a_dead_gateway_resumes_elsewhere_without_repeating_finishe
     assert len(finals) == 1
     assert isinstance(finals[0], RunCompleted)
     assert steps.count(0) == 1  # the finished model step was not repeated
-    assert weather_calls == 1  # nor was its tool call
+    # Its call was stored before it ran, its result not yet (a step's results travel with the
+    # next step's reply): the resumed run calls it again under the same call id, which the
+    # executor answers from its record for a side-effecting tool; this one only reads.
+    assert weather_calls == 2
     ids = [m.message_id for m in loaded.messages]
     assert ids == [f"{run_id}:{part}" for part in ("in0", "m0", "t0", "m1")]
+
+
+def book_then_answer(request: ModelRequest, step: int) -> ChatMessage:
+    """Step 0 books a cheap flight (no approval needed), step 1 answers from the result."""
+    if step == 0:
+        return call("create_booking", "c-book", flight_id="QF431-20260310")
+    results = [r for m in request.messages for r in m.function_results]
+    return text(f"Booked: {results[-1].result if results else 'no result'}")
+
+
+@pytest.mark.slow
+async def test_a_booking_whose_result_was_not_stored_yet_is_replayed_not_made_twice(
+    nats_server: EmbeddedNats, tmp_path: Path, alice: RunbusClient
+) -> None:
+    model = GatedModel(book_then_answer, hold={1})
+    async with start_stack(
+        nats_server.url,
+        data_dir=tmp_path,
+        agents=AGENTS,
+        routes={"gated": model},
+        gateway_options={"ack_wait": 1.5},
+    ) as stack:
+        run_id = await alice.start("travel", "Book QF431.", session_id="booked")
+        await asyncio.wait_for(model.reached.wait(), 10)  # booked; the result is not stored
+        doomed = stack.services["gateway"]
+        await stack.start_service(
+            GatewayService, agents=AGENTS, verifier=TokenVerifier.from_file(), ack_wait=1.5
+        )
+        model.hold.clear()
+        await doomed.nc.close()
+        model.release.set()
+        finals = [
+            i.event
+            async for i in alice.follow(run_id, timeout=20)
+            if isinstance(i.event, RunCompleted | RunFailed)
+        ]
+        booking_calls = _invocations(stack, "create_booking")
+
+    assert len(finals) == 1
+    assert isinstance(finals[0], RunCompleted)
+    assert booking_calls == 2  # asked again under the same call id after the resume ...
+    assert travel.ledger.count(run_id) == 1  # ... and answered from the record, not re-booked
+    assert "RB-" in finals[0].text
 
 
 async def test_a_late_client_replays_every_event_in_order_and_can_resume_after_any(

@@ -63,12 +63,12 @@ class Stored:
         history_length: int | None = None,
         compaction: HistoryCompaction | None = None,
     ) -> None:
-        """What history's `on_append` stores: the new messages, then the compaction."""
+        """What history's `on_append` stores: the compaction, then the new messages."""
         keep, _ = core.messages_to_store(messages)
-        if keep:
-            self.entries.append(core.StoredBatch(messages=keep))
         if compaction is not None:
             self.entries.append(core.compaction_to_store(compaction))
+        if keep:
+            self.entries.append(core.StoredBatch(messages=keep))
 
     def load(self) -> tuple[list[ChatMessage], bool]:
         """What history's `_read` returns: from the latest compaction on."""

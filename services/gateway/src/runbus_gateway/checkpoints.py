@@ -19,11 +19,15 @@ def message_id(run_id: str, part: str) -> str:
 
 
 class Checkpointer:
-    """Appends new messages to history in order, in the background of the loop.
+    """Saves a run's new messages to history: one append per step, not one per message.
 
-    One append is in flight at a time; messages added meanwhile go together in the next one
-    (group commit), so history keeps their order. The loop does not wait between steps;
-    `close()` at the end sends the last append, which also releases the session.
+    What is added waits for the next `flush()` — which the loop awaits before a step's tool
+    calls run, so the calls are stored before anything acts on them — or for `close()` at the
+    end, which also releases the session. A step's tool results therefore travel with the next
+    step's model reply. Results that must not wait (`urgent`: tools run inside the gateway,
+    whose effects are not recorded by call id) start a background append at once; the others
+    came from the tool executor, which records each call's result under its call id, so a run
+    resumed before they were stored gets the recorded results again, nothing acts twice.
     """
 
     def __init__(self, ports: RunPorts, ctx: RunContext) -> None:
@@ -36,9 +40,11 @@ class Checkpointer:
         self._writer: asyncio.Task[None] | None = None
         self._error: Exception | None = None
 
-    def add(self, messages: list[ChatMessage]) -> None:
+    def add(self, messages: list[ChatMessage], *, urgent: bool = False) -> None:
+        """Queue `messages` for the next append; `urgent` starts it now, in the background."""
         self._pending.extend(messages)
-        self._start()
+        if urgent:
+            self._start()
 
     def persist(self, compaction: HistoryCompaction) -> None:
         """Store `compaction` after the messages added so far, unless it excludes nothing new
@@ -47,7 +53,6 @@ class Checkpointer:
             return
         self._persisted.update(compaction.excluded_message_ids)
         self._compaction = compaction
-        self._start()
 
     def _start(self) -> None:
         if self._error is None and (self._writer is None or self._writer.done()):
@@ -63,6 +68,8 @@ class Checkpointer:
             self._error = exc
 
     async def flush(self) -> None:
+        """Store everything added so far (one append, after any in flight)."""
+        self._start()
         if self._writer is not None:
             await self._writer
         if self._error is not None:
@@ -70,7 +77,10 @@ class Checkpointer:
 
     async def close(self, history_length: int | None) -> None:
         """Write what is pending and release the session's claim, in one append."""
-        await self.flush()
+        if self._writer is not None:
+            await self._writer
+        if self._error is not None:
+            raise self._error
         batch, self._pending = self._pending, []
         compaction, self._compaction = self._compaction, None
         await self._ports.append_history(

@@ -159,7 +159,7 @@ async def _loop(turn: Turn) -> Usage:
         )
         turn.prompt.append(tool_message)
         progress.response.append(tool_message)
-        turn.checkpoint.add([tool_message])
+        turn.checkpoint.add([tool_message], urgent=any(turn.harness.handles(c.name) for c in calls))
         calls = []
         if terminated is not None:
             progress.finished = True

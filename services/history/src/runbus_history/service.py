@@ -177,23 +177,25 @@ class HistoryService(Service):
             request.session_id,
         )
         to_store, skipped = core.messages_to_store(request.messages)
+        if request.compaction is not None:
+            # Before the messages: a load takes the compaction, then what was stored after it.
+            # It covers every message the run had when it was made, stored earlier or in this
+            # append (found in it again, or excluded by it); what this append adds beyond it
+            # (the reply the model gave after it) must be read after it.
+            compaction = core.compaction_to_store(request.compaction)
+            markers = subjects.history_compactions(who.tenant, request.session_id)
+            await store.append(
+                self.nc,
+                markers,
+                core.BATCH_ENCODER.encode(compaction),
+                core.compaction_id(markers, compaction),
+            )
         stored = 0
         if to_store:
             subject = subjects.history_log(who.tenant, request.session_id)
             data = core.BATCH_ENCODER.encode(core.StoredBatch(messages=to_store))
             fresh = await store.append(self.nc, subject, data, core.batch_id(subject, to_store))
             stored, skipped = (len(to_store), skipped) if fresh else (0, len(request.messages))
-        if request.compaction is not None:
-            # After the messages: a load starts from the compaction and reads only what was
-            # stored after it, so it must follow everything it covers.
-            compaction = core.compaction_to_store(request.compaction)
-            subject = subjects.history_compactions(who.tenant, request.session_id)
-            await store.append(
-                self.nc,
-                subject,
-                core.BATCH_ENCODER.encode(compaction),
-                core.compaction_id(subject, compaction),
-            )
         if request.release:
             await self._update(
                 record,

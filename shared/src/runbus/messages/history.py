@@ -35,7 +35,8 @@ class HistoryAppend(Message, frozen=True, tag="history.append"):
     history_length: int | None = None
     """With `release`: the session's message count after this run."""
     compaction: HistoryCompaction | None = None
-    """A compaction to persist, stored after `messages`: later loads start from it."""
+    """A compaction to persist, stored before `messages` (it covers the run's messages up to
+    when it was made; `messages` may hold later ones): later loads start from it."""
 
 
 class HistoryAppended(Message, frozen=True, tag="history.appended"):
