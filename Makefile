@@ -39,8 +39,8 @@ test: setup ## Run the whole test suite (every lane; pytest exit 5, nothing coll
 	$(UV_RUN) pytest
 
 .PHONY: test-fast
-test-fast: setup ## The inner loop (under a minute): unit, contract and fast integration tests
-	$(UV_RUN) pytest -q -m "$(FAST)"
+test-fast: setup ## The inner loop: unit, contract and fast integration tests, on every core (xdist)
+	$(UV_RUN) pytest -q -m "$(FAST)" -n auto
 
 .PHONY: chaos
 chaos: setup ## Kill matrix, NATS restart, fuzz and isolation sweep at full size; writes bench/results/chaos.md
