@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Final
 
 import nats.errors
-import nats.js.errors
 import structlog
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
@@ -172,7 +171,9 @@ class DurableConsumer:
             except (nats.errors.ConnectionClosedError, nats.errors.DrainTimeoutError):
                 self.slots.release()
                 return
-            except (nats.js.errors.APIError, nats.errors.NoRespondersError) as exc:
+            except nats.errors.Error as exc:
+                # 503 or no responders during an election, a reconnect in progress, a consumer
+                # being re-placed: the server could not answer this pull; the next one may.
                 self.slots.release()
                 self.pull_failures += 1
                 log.warning("consumer_pull_failed", consumer=self.spec.durable, error=repr(exc))
