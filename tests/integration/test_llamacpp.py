@@ -27,6 +27,7 @@ from runbus.messages import (
     RunCompleted,
     RunTextDelta,
     TextContent,
+    ToolSpec,
 )
 from runbus.messages.model import (
     MODEL_RESPONSE_DECODER,
@@ -70,6 +71,11 @@ max_tokens_param = "max_tokens"
 backend = "llama"
 model = "{MODEL_NAME}"
 retries = 0
+[routes.local-json-tools]
+[[routes.local-json-tools.targets]]
+backend = "llama"
+model = "{MODEL_NAME}"
+native_tools = false
 """
     )
 
@@ -216,3 +222,32 @@ async def test_a_caller_that_dies_mid_generation_leaves_the_server_idle_within_t
     await deltas.unsubscribe()
     call.cancel()
     await asyncio.gather(call, return_exceptions=True)
+
+
+WEATHER = ToolSpec(
+    name="get_weather",
+    description="Current weather for a city",
+    parameters={"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+)
+
+
+async def test_a_model_without_native_tool_calls_calls_a_tool_through_structured_output(
+    real_stack: Stack,
+) -> None:
+    """SmolLM2's chat template drops `tools`; offered through a JSON schema, its reply becomes an
+    ordinary function call."""
+    request = ModelRequest(
+        route="local-json-tools",
+        messages=[user(TextContent(text="What is the weather in Paris?"))],
+        tools=[WEATHER],
+        max_output_tokens=60,
+        temperature=0,
+        seed=1,
+    )
+    ctx = RunContext(run_id="r-json", props={"tenant": "acme", "user_id": "alice"})
+    response = await real_stack.services["gateway"].bus.request(
+        subjects.MODEL_COMPLETE, request, MODEL_RESPONSE_DECODER, ctx=ctx, progress=True
+    )
+    assert response.finish_reason == "tool_calls"
+    [call] = response.message.function_calls
+    assert (call.name, call.arguments) == ("get_weather", {"city": "Paris"})

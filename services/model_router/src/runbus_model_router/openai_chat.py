@@ -15,8 +15,19 @@ import openai
 import structlog
 from openai import AsyncOpenAI
 
-from runbus.messages import ChatMessage, ModelRequest, ModelResponse
+from runbus.errors import RunbusError
+from runbus.messages import (
+    ChatMessage,
+    Content,
+    FunctionCallContent,
+    ModelRequest,
+    ModelResponse,
+    TextContent,
+    ToolSpec,
+)
+from runbus.messages.model import FinishReason
 
+from . import structured_tools
 from ._common import estimate_usage
 from .backends import OnDelta
 from .config import BackendConfig, RouteConfigError
@@ -26,7 +37,7 @@ from .errors import (
     ProviderUnavailable,
     TargetMisconfigured,
 )
-from .openai_wire import StreamAssembler, to_openai_messages, to_openai_tools
+from .openai_wire import Assembled, StreamAssembler, to_openai_messages, to_openai_tools
 
 log = structlog.get_logger()
 
@@ -85,12 +96,19 @@ class OpenAIChatModel:
     name = "openai"
 
     def __init__(
-        self, client: AsyncOpenAI, *, model: str, config: BackendConfig, timeout: float
+        self,
+        client: AsyncOpenAI,
+        *,
+        model: str,
+        config: BackendConfig,
+        timeout: float,
+        native_tools: bool = True,
     ) -> None:
         self.client = client
         self.model = model
         self.config = config
         self.timeout = timeout
+        self.native_tools = native_tools
 
     def _params(self, request: ModelRequest) -> dict[str, Any]:
         params: dict[str, Any] = {
@@ -120,13 +138,18 @@ class OpenAIChatModel:
 
     async def complete(self, request: ModelRequest, on_delta: OnDelta) -> ModelResponse:
         assembler = StreamAssembler()
+        offered = request.tools
+        # Without native tool calls the reply is JSON standing for an answer or a call: it is
+        # read whole, and only an answer's text reaches the reader.
+        structured = bool(offered) and not self.native_tools
+        params = self._params(structured_tools.offer(request) if structured else request)
+        if structured:
+            params["response_format"] = structured_tools.response_format(offered)
         try:
-            stream = await self.client.chat.completions.create(
-                **self._params(request), timeout=self.timeout
-            )
+            stream = await self.client.chat.completions.create(**params, timeout=self.timeout)
             async with stream:
                 async for chunk in stream:
-                    if text := assembler.feed(chunk):
+                    if (text := assembler.feed(chunk)) and not structured:
                         await on_delta(text)
         except openai.APITimeoutError:
             raise ProviderUnavailable(f"no answer within {self.timeout:g}s") from None
@@ -138,10 +161,18 @@ class OpenAIChatModel:
             raise ProviderUnavailable(f"stream error: {exc.message}") from None
         except ValueError as exc:  # an event that is not JSON
             raise ProviderUnavailable(f"unreadable stream: {exc}") from None
+        except RunbusError:
+            raise
+        except Exception as exc:
+            # Whatever else the SDK lets through is still this provider failing: the route's
+            # retries and fallbacks handle it, and the run does not fail as `internal`.
+            log.exception("provider_call_failed", model=self.model)
+            raise ProviderUnavailable(f"unexpected {type(exc).__name__}: {exc}") from None
         reply = assembler.result()
-        message = ChatMessage(
-            role="assistant", contents=reply.contents, created_at=datetime.now(UTC)
-        )
+        contents, finish_reason = reply.contents, reply.finish_reason
+        if structured:
+            contents, finish_reason = await _read_structured(reply, offered, on_delta)
+        message = ChatMessage(role="assistant", contents=contents, created_at=datetime.now(UTC))
         usage = reply.usage or estimate_usage(request.messages, message)
         if reply.repaired:
             log.info("tool_arguments_repaired", model=self.model, call_ids=reply.repaired)
@@ -150,9 +181,23 @@ class OpenAIChatModel:
         return ModelResponse(
             message=message,
             model=reply.model or self.model,
-            finish_reason=reply.finish_reason,
+            finish_reason=finish_reason,
             usage=usage,
         )
+
+
+async def _read_structured(
+    reply: Assembled, tools: list[ToolSpec], on_delta: OnDelta
+) -> tuple[list[Content], FinishReason]:
+    text = "".join(p.text for p in reply.contents if isinstance(p, TextContent))
+    kept = [p for p in reply.contents if not isinstance(p, TextContent)]
+    read = structured_tools.read_reply(text, tools)
+    if any(isinstance(p, FunctionCallContent) for p in read):
+        return [*kept, *read], "tool_calls"
+    answer = "".join(p.text for p in read if isinstance(p, TextContent))
+    if answer:
+        await on_delta(answer)
+    return [*kept, *read], reply.finish_reason
 
 
 def _classify(exc: openai.APIStatusError) -> Exception:

@@ -100,7 +100,13 @@ class ModelRouterService(Service):
         client = self.clients.get(target.backend)
         if client is None:
             client = self.clients[target.backend] = open_client(target.backend, backend)
-        model = OpenAIChatModel(client, model=target.model, config=backend, timeout=target.timeout)
+        model = OpenAIChatModel(
+            client,
+            model=target.model,
+            config=backend,
+            timeout=target.timeout,
+            native_tools=target.native_tools,
+        )
         return Target(
             key=f"{target.backend}/{target.model}",
             backend=model,
