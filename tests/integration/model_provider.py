@@ -151,6 +151,8 @@ class LoopbackProvider:
         """`time.monotonic()` of each request."""
         self._handlers: set[asyncio.Task[Any]] = set()
         self.headers: list[dict[str, str]] = []
+        self.paths: list[str] = []
+        """Path and query of each chat-completions request."""
         self.in_flight = 0
         self.max_in_flight = 0
         self.finished = 0
@@ -211,6 +213,7 @@ class LoopbackProvider:
             await self._send_json(writer, 404, {"error": {"message": "not found"}}, {})
             return True
         self.requests.append(json.loads(body))
+        self.paths.append(lines[0].split(" ")[1])
         self.arrivals.append(time.monotonic())
         self.headers.append(headers)
         reply = self.replies.popleft() if self.replies else self.default()

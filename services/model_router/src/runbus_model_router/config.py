@@ -30,10 +30,15 @@ class _Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
 class BackendConfig(_Config, frozen=True):
     """A provider endpoint speaking the OpenAI chat-completions protocol."""
 
-    type: Literal["openai"] = "openai"
-    """Protocol; `openai` covers OpenAI, Azure OpenAI, Ollama, vLLM, llama.cpp, LM Studio."""
+    type: Literal["openai", "azure"] = "openai"
+    """Protocol: `openai` covers OpenAI, Ollama, vLLM, llama.cpp, LM Studio and Azure's `/v1`
+    endpoint; `azure` is Azure OpenAI's deployments API (key in `api-key`, `api-version` in
+    the query, a target's `model` is the deployment name)."""
     base_url: str | None = None
-    """Endpoint, e.g. `http://127.0.0.1:11434/v1`; None for api.openai.com."""
+    """Endpoint, e.g. `http://127.0.0.1:11434/v1`; None for api.openai.com. For `azure`, the
+    resource, e.g. `https://my-resource.openai.azure.com`."""
+    api_version: str | None = None
+    """Azure OpenAI API version (`type = "azure"` only), e.g. `2024-10-21`."""
     api_key_env: str | None = None
     """Environment variable holding the API key (never the key itself in this file)."""
     family: str = "openai"
@@ -211,6 +216,9 @@ def check_config(config: RouterConfig, where: str = "routes") -> None:
         for other in route.reroute:
             if other not in routes and not is_builtin(other):
                 raise RouteConfigError(where, f"route {name!r}: reroute to unknown {other!r}")
+    for name, backend in config.backends.items():
+        if backend.type == "azure" and not (backend.base_url and backend.api_version):
+            raise RouteConfigError(where, f"backend {name!r}: azure needs base_url and api_version")
     for index, rule in enumerate(config.rules):
         if rule.use not in routes and not is_builtin(rule.use):
             raise RouteConfigError(where, f"rule {index + 1}: uses unknown route {rule.use!r}")

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 import openai
 import structlog
-from openai import AsyncOpenAI
+from openai import AsyncAzureOpenAI, AsyncOpenAI
 
 from runbus.errors import RunbusError
 from runbus.messages import (
@@ -53,6 +53,14 @@ def open_client(name: str, config: BackendConfig) -> AsyncOpenAI:
             raise RouteConfigError(
                 f"backends.{name}", f"api_key_env {config.api_key_env!r} is not set"
             )
+    if config.type == "azure":
+        return AsyncAzureOpenAI(
+            api_key=key,
+            azure_endpoint=config.base_url or "",
+            api_version=config.api_version,
+            max_retries=0,
+            default_headers=config.headers or None,
+        )
     return AsyncOpenAI(
         api_key=key,
         base_url=config.base_url,
