@@ -1,10 +1,15 @@
 """The demo `make run` shows: three runs of the travel agent, across two sessions of one user,
-on the embedded stack with the offline model (a rule-based stand-in, not an LLM)."""
+on the embedded stack with the offline model (a rule-based stand-in, not an LLM), or with
+`--model local` on a real local model (SmolLM2-135M on a llama.cpp server)."""
 
+import contextlib
 import uuid
-from typing import TextIO
+from pathlib import Path
+from typing import Literal, TextIO
 
 from .client import RunbusClient
+from .local_model import MODEL_NAME, LocalModelServer
+from .messages.runs import APPROVAL_DECIDED_DECODER, ApprovalDecide, RunApprovalRequested
 from .render import EventPrinter
 from .runner import connect
 from .settings import Settings
@@ -22,12 +27,56 @@ call; a new session that recalls the preference and books with it; a booking on 
 the corporate policy blocks, which stops the tool loop."""
 
 
-async def run_demo(settings: Settings, out: TextIO) -> int:
-    stack = ProcessStack(settings)
+DemoModel = Literal["offline", "local"]
+
+LOCAL_ROUTES = """
+[backends.local]
+base_url = "{base_url}"
+family = "llamacpp"
+max_tokens_param = "max_tokens"
+
+[routes.local]
+[[routes.local.targets]]
+backend = "local"
+model = "{model}"
+native_tools = false
+max_output_tokens = 256
+temperature = 0.2
+timeout = 120
+
+# The travel agent asks for `offline`; every such call goes to the local model instead.
+[[rules]]
+route = "offline"
+use = "local"
+"""
+
+
+def local_routes(data: Path, base_url: str) -> Path:
+    path = data / "demo-local-routes.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(LOCAL_ROUTES.format(base_url=base_url, model=MODEL_NAME))
+    return path
+
+
+async def run_demo(settings: Settings, out: TextIO, model: DemoModel = "offline") -> int:
+    with contextlib.ExitStack() as local:
+        router_env: dict[str, str] = {}
+        described = "the offline model (rule-based, not an LLM)"
+        if model == "local":
+            server = local.enter_context(LocalModelServer(slots=1, threads=2))
+            routes = local_routes(Path(settings.data_dir), server.base_url)
+            router_env = {"RUNBUS_MODEL_ROUTES": str(routes)}
+            described = f"the local model {MODEL_NAME} on llama.cpp at {server.url}"
+        return await _converse(settings, out, described, {"model_router": router_env})
+
+
+async def _converse(
+    settings: Settings, out: TextIO, described: str, replica_env: dict[str, dict[str, str]]
+) -> int:
+    stack = ProcessStack(settings, replica_env=replica_env)
     url = await stack.start()
     out.write(
-        f"runbus demo: embedded NATS at {url}, six services as processes, the offline model "
-        "(rule-based, not an LLM).\nLogs: "
+        f"runbus demo: embedded NATS at {url}, six services as processes, {described}.\nLogs: "
         f"{stack.data / 'logs'}\n\n"
     )
     tag = uuid.uuid4().hex[:6]
@@ -41,6 +90,17 @@ async def run_demo(settings: Settings, out: TextIO) -> int:
                 out.write(f"[{session_id}] you: {text}\n")
                 async for event in client.stream("travel", text, session_id=session_id):
                     printer(event)
+                    if isinstance(event, RunApprovalRequested):
+                        # Nobody is at the keyboard to decide: the demo says no, and the run
+                        # goes on with the refusal as the call's result.
+                        out.write("    (the demo denies it)\n")
+                        decision = ApprovalDecide(
+                            run_id=event.run_id,
+                            call_id=event.call_id,
+                            decision="denied",
+                            note="denied by the demo",
+                        )
+                        await client.call("approvals.decide", decision, APPROVAL_DECIDED_DECODER)
                 out.write("\n")
         finally:
             await nc.drain()
