@@ -374,7 +374,7 @@ async def section(name: str, quick: bool) -> tuple[str, dict[str, Any]]:
 
 RESUME_ACK_WAIT = 1.5
 """The in-process gateway's lowered ack_wait: the processes keep the default (ACK_WAIT)."""
-SECTIONS = ("history", "compaction", "model_router", "tools", "memory")
+SECTIONS = ("history", "compaction", "model_router", "tools", "memory", "real_model")
 """Per-service benchmarks, each a module of this folder with `run_benchmark()`."""
 QUICK_CONSTANTS: dict[str, dict[str, int]] = {"tools": {"N_OVERHEAD": 500}}
 QUICK_KWARGS: dict[str, dict[str, int]] = {
