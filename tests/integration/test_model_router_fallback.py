@@ -244,8 +244,9 @@ concurrency = 4
 async def test_a_cancelled_run_stops_its_stream_and_gets_a_typed_error(
     nats_server: EmbeddedNats, nc: NATS
 ) -> None:
-    run = RunContext(run_id="r-cancel", props={"tenant": "acme"})
-    other = RunContext(run_id="r-other", props={"tenant": "acme"})
+    run = RunContext(run_id="r-cancel", props={"tenant": "acme", "user_id": "alice"})
+    other = RunContext(run_id="r-other", props={"tenant": "acme", "user_id": "alice"})
+    not_theirs = RunContext(run_id="r-cancel", props={"tenant": "globex", "user_id": "bob"})
     async with (
         loopback() as provider,
         router(nats_server.url, two_targets(provider.base_url, provider.base_url)),
@@ -262,9 +263,11 @@ async def test_a_cancelled_run_stops_its_stream_and_gets_a_typed_error(
         await asyncio.wait_for(provider.client_left.wait(), 10)
         again = await refusal(nc, ask("and again?"), run)
         unaffected = await answer(nc, ask("other run"), other)
+        same_id_other_owner = await answer(nc, ask("another owner's run"), not_theirs)
 
     assert getattr(error, "code", None) == "cancelled"
     assert provider.disconnected == 1
     assert again.code == "cancelled"
-    assert len(provider.requests) == 2, "the cancelled run's next call never reached the provider"
+    assert len(provider.requests) == 3, "the cancelled run's next call never reached the provider"
     assert unaffected.message.text == "Hello from the loopback provider."
+    assert same_id_other_owner.message.text == "Hello from the loopback provider."

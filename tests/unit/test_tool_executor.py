@@ -500,7 +500,8 @@ async def test_cancelling_a_run_stops_its_calls_and_only_its_calls() -> None:
     theirs = asyncio.create_task(call(ex, "slow", {"seconds": 0.3}, ctx=other))
     await eventually(lambda: ran["slow"] == 2)
 
-    cancelled = ex.cancel_run("r-1")
+    assert ex.cancel_run("globex", "mallory", "r-1") == 0  # another owner's run of that id
+    cancelled = ex.cancel_run(ALICE.prop("tenant"), ALICE.prop("user_id"), "r-1")
 
     assert cancelled == 1
     assert (await mine).result.error == "not finished: the run was cancelled."

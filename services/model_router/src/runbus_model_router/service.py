@@ -149,18 +149,24 @@ class ModelRouterService(Service):
             await client.close()
 
     async def on_cancel(self, msg: Msg) -> None:
-        run_id = msg.subject.rsplit(".", 1)[-1]
-        self._cancelled[run_id] = None
+        owned = subjects.parse_run_cancel(msg.subject)
+        if owned is None:
+            return
+        key = ".".join(owned)
+        self._cancelled[key] = None
         while len(self._cancelled) > RECENT_CANCELS:
             self._cancelled.popitem(last=False)
-        for task in self._calls.get(run_id, ()):
+        for task in self._calls.get(key, ()):
             task.cancel()
-        if run_id in self._calls:
-            self.log.info("model_stream_cancelled", run_id=run_id, calls=len(self._calls[run_id]))
+        if key in self._calls:
+            self.log.info("model_stream_cancelled", run_id=owned[2], calls=len(self._calls[key]))
 
     async def on_complete(self, ctx: RunContext, request: ModelRequest) -> ModelResponse:
         assert self.router is not None, "on_start has not run"
-        if ctx.run_id and ctx.run_id in self._cancelled:
+        # Calls and cancels are keyed by the run's owner: another owner's run of the same id
+        # is never stopped by this one's cancel.
+        key = f"{ctx.prop('tenant')}.{ctx.prop('user_id')}.{ctx.run_id}"
+        if ctx.run_id and key in self._cancelled:
             raise RunCancelled(ctx.run_id)
         stream_to = request.stream_to
         message_id = request.message_id
@@ -180,7 +186,7 @@ class ModelRouterService(Service):
         call = asyncio.ensure_future(self.router.complete(ctx, request, on_delta))
         if not ctx.run_id:
             return await heartbeats(self.nc, ctx.progress, call, on_gone=self._log_abandoned)
-        calls = self._calls.setdefault(ctx.run_id, set())
+        calls = self._calls.setdefault(key, set())
         calls.add(call)
         try:
             response = await heartbeats(self.nc, ctx.progress, call, on_gone=self._log_abandoned)
@@ -193,13 +199,13 @@ class ModelRouterService(Service):
             return response
         except asyncio.CancelledError:
             current = asyncio.current_task()
-            if ctx.run_id in self._cancelled and current is not None and not current.cancelling():
+            if key in self._cancelled and current is not None and not current.cancelling():
                 raise RunCancelled(ctx.run_id) from None
             raise
         finally:
             calls.discard(call)
             if not calls:
-                self._calls.pop(ctx.run_id, None)
+                self._calls.pop(key, None)
 
     def _log_abandoned(self) -> None:
         self.log.info("model_call_abandoned", reason="the caller stopped listening")

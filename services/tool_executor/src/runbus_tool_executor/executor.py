@@ -77,9 +77,10 @@ class Executor:
         self.tracer = tracer or trace.get_tracer(__name__)
         self._running: dict[str, set[asyncio.Task[FunctionResultContent]]] = {}
 
-    def cancel_run(self, run_id: str) -> int:
-        """Stop every call of `run_id` running here; each replies that the run was cancelled."""
-        tasks = self._running.get(run_id, set()) if run_id else set()
+    def cancel_run(self, tenant: str, user_id: str, run_id: str) -> int:
+        """Stop every call of the owner's `run_id` running here; each replies that the run was
+        cancelled. Another owner's run of the same id is not touched."""
+        tasks = self._running.get(f"{tenant}.{user_id}.{run_id}", set()) if run_id else set()
         for task in tasks:
             task.cancel()
         if tasks:
@@ -347,7 +348,8 @@ class Executor:
                 approved_by=approved_by,
             )
         )
-        running = self._running.setdefault(ctx.run_id, set())
+        owned = f"{ctx.prop('tenant')}.{ctx.prop('user_id')}.{ctx.run_id}"
+        running = self._running.setdefault(owned, set())
         running.add(task)
         try:
             return await task
@@ -362,7 +364,7 @@ class Executor:
         finally:
             running.discard(task)
             if not running:
-                self._running.pop(ctx.run_id, None)
+                self._running.pop(owned, None)
 
     def _timeout(self, tool: Tool, ctx: RunContext) -> float:
         """The tool's timeout, capped by the time the run has left and, for a caller that does

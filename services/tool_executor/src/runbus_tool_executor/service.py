@@ -156,7 +156,8 @@ class ToolExecutorService(Service):
         return await heartbeats(self.nc, ctx.progress, self.executor.invoke(tool, request, ctx))
 
     async def on_cancel(self, msg: Msg) -> None:
-        self.executor.cancel_run(msg.subject.rsplit(".", 1)[-1])
+        if (owned := subjects.parse_run_cancel(msg.subject)) is not None:
+            self.executor.cancel_run(*owned)
 
     def _invoker(self, name: str) -> Callable[[RunContext, ToolInvoke], Awaitable[ToolInvoked]]:
         async def invoke(ctx: RunContext, request: ToolInvoke) -> ToolInvoked:
