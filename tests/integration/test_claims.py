@@ -117,3 +117,38 @@ async def test_a_cancelled_run_leaves_no_approval_anyone_could_still_grant(
     assert "expired" in late.value.message
     assert ledger.count(run_id) == 0
     assert after.text
+
+
+async def test_a_reply_with_too_many_tool_calls_fails_once_with_its_limit_and_runs_none(
+    nats_server: EmbeddedNats, tmp_path: Path, alice: RunbusClient
+) -> None:
+    def flood(request: ModelRequest, step: int) -> Any:
+        if request.messages[-1].text != "Weather everywhere?":
+            return text("Fine.")
+        many = [call("get_weather", f"c{i}", city="Sydney") for i in range(200)]
+        return msgspec.structs.replace(many[0], contents=[c for m in many for c in m.contents])
+
+    capped = {"travel": msgspec.structs.replace(AGENTS["travel"], max_tool_calls=16)}
+    async with start_stack(
+        nats_server.url, data_dir=tmp_path, agents=capped, routes={"gated": GatedModel(flood)}
+    ) as stack:
+        with pytest.raises(RunFailedError) as failed:
+            await alice.run("travel", "Weather everywhere?", session_id="flood")
+        record = await alice.call(
+            "runs.get", RunGet(run_id=failed.value.event.run_id), RUN_INFO_DECODER
+        )
+        after = await alice.run("travel", "Anything else?", session_id="flood")
+        tool_calls = _served(stack, "get_weather")
+
+    assert failed.value.remote_code == "tool_call_limit"
+    assert "allows 16" in str(failed.value)
+    assert "max_tool_calls" in str(failed.value)
+    assert (record.record.status, record.record.attempts) == ("failed", 1)
+    assert tool_calls == 0
+    assert after.text == "Fine."
+
+
+def _served(stack: Stack, tool: str) -> int:
+    service = stack.services["tool_executor"]
+    assert service._micro is not None
+    return sum(e.num_requests for e in service._micro.stats().endpoints if e.name.endswith(tool))

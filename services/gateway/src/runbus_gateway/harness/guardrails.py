@@ -313,6 +313,7 @@ SAFE_CODES: Final = frozenset(
         "cancelled",
         "max_iterations",
         "tool_errors",
+        "tool_call_limit",
         "deadline_exceeded",
         "dead_lettered",
         "conflict",
