@@ -37,6 +37,8 @@ from runbus.messages.model import (
     MODEL_USAGE_REPORT_DECODER,
 )
 from runbus.messages.runs import (
+    AGENT_LIST_DECODER,
+    AGENT_LISTED_DECODER,
     APPROVAL_DECIDE_DECODER,
     APPROVAL_DECIDED_DECODER,
     RUN_CANCEL_DECODER,
@@ -85,6 +87,8 @@ DECODERS: Final[dict[str, msgspec.json.Decoder[Any]]] = {
     "run.completed": RUN_EVENT_DECODER,
     "run.failed": RUN_EVENT_DECODER,
     "run.approval_requested": RUN_EVENT_DECODER,
+    "agents.list": AGENT_LIST_DECODER,
+    "agents.listed": AGENT_LISTED_DECODER,
     "approvals.decide": APPROVAL_DECIDE_DECODER,
     "approvals.decided": APPROVAL_DECIDED_DECODER,
     "runs.get": RUN_GET_DECODER,

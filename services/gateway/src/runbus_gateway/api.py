@@ -14,10 +14,14 @@ from runbus import subjects
 from runbus.bus import Bus
 from runbus.errors import NotFound
 from runbus.messages.runs import (
+    AGENT_LIST_DECODER,
     APPROVAL_DECIDE_DECODER,
     RUN_CANCEL_DECODER,
     RUN_GET_DECODER,
     RUN_LIST_DECODER,
+    AgentList,
+    AgentListed,
+    AgentSummary,
     ApprovalDecide,
     ApprovalDecided,
     RunCancel,
@@ -28,6 +32,7 @@ from runbus.messages.runs import (
 )
 from runbus.service import Endpoint, Handler
 
+from .agents import AgentSpec
 from .approvals import Approvals
 from .auth import Principal, TokenVerifier
 from .runs import RunRecords
@@ -60,8 +65,11 @@ class ClientApi:
         verifier: TokenVerifier,
         records: RunRecords,
         approvals: Approvals,
+        *,
+        agents: dict[str, AgentSpec],
     ) -> None:
         self.nc = nc
+        self.agents = agents
         self.bus = bus
         self.verifier = verifier
         self.records = records
@@ -77,6 +85,7 @@ class ClientApi:
             endpoint("runs.list", RUN_LIST_DECODER, self.on_run_list),
             endpoint("runs.cancel", RUN_CANCEL_DECODER, self.on_run_cancel),
             endpoint("approvals.decide", APPROVAL_DECIDE_DECODER, self.on_approval_decide),
+            endpoint("agents.list", AGENT_LIST_DECODER, self.on_agent_list),
             *(endpoint(op, RAW_DECODER, self._forwarder(op)) for op in FORWARDED_API),
         ]
 
@@ -96,6 +105,16 @@ class ClientApi:
             return await self.bus.request(subjects.internal(op), body, RAW_DECODER, ctx=trusted)
 
         return forward
+
+    async def on_agent_list(self, ctx: h.RunContext, request: AgentList) -> AgentListed:
+        """The agents a caller may run: every agent this gateway has, to any known user."""
+        self._principal(ctx)
+        return AgentListed(
+            agents=[
+                AgentSummary(name=name, description=agent.description)
+                for name, agent in sorted(self.agents.items())
+            ]
+        )
 
     async def on_run_get(self, ctx: h.RunContext, request: RunGet) -> RunInfo:
         principal = self._principal(ctx)

@@ -117,7 +117,9 @@ class GatewayService(Service):
                 self.nc, self.tenant_limits, lease=2 * self.ack_wait, replicas=self.replicas
             )
         ports = BusPorts(self.bus, approvals)
-        self._api = ClientApi(self.nc, self.bus, self.verifier, records, approvals)
+        self._api = ClientApi(
+            self.nc, self.bus, self.verifier, records, approvals, agents=self.agents
+        )
         queue = RunQueue(
             Admission(
                 agents=self.agents,

@@ -1,4 +1,5 @@
-"""`runbus http`: the gateway's HTTP/SSE ingress in the foreground, for clients without NATS."""
+"""`runbus http`: the HTTP ingress in the foreground (runs over HTTP/SSE, OpenAI-compatible and
+AG-UI endpoints, the web console) for clients without NATS."""
 
 import argparse
 import os
@@ -8,12 +9,13 @@ from ..settings import Settings
 from ._common import Subparsers
 
 # Started by name, like `runbus serve`: `runbus` never imports a service package.
-INGRESS_MODULE = "runbus_gateway.ingress"
+INGRESS_MODULE = "runbus_ingress"
 
 
 def register(subparsers: Subparsers) -> None:
     http = subparsers.add_parser(
-        "http", help="serve runs over HTTP and Server-Sent Events (the gateway's ingress)"
+        "http",
+        help="serve runs over HTTP and Server-Sent Events (OpenAI-compatible, AG-UI, web console)",
     )
     http.add_argument("--host", default=None, help="address to listen on (RUNBUS_HTTP_HOST)")
     http.add_argument("--port", type=int, default=None, help="port (RUNBUS_HTTP_PORT)")

@@ -177,6 +177,22 @@ class RunCancel(Message, frozen=True, tag="runs.cancel"):
     """Run to cancel; its checkpoint is kept and its session released."""
 
 
+class AgentList(Message, frozen=True, tag="agents.list"):
+    """Ask for the agents the caller may run."""
+
+
+class AgentSummary(Record, frozen=True):
+    name: str
+    """Name runs address the agent by."""
+    description: str = ""
+    """One line on what it does."""
+
+
+class AgentListed(Message, frozen=True, tag="agents.listed"):
+    agents: list[AgentSummary]
+    """The agents, by name."""
+
+
 RunEvent = (
     RunStarted
     | RunApprovalRequested
@@ -196,5 +212,7 @@ RUN_INFO_DECODER = msgspec.json.Decoder(RunInfo)
 RUN_LIST_DECODER = msgspec.json.Decoder(RunList)
 RUN_LISTED_DECODER = msgspec.json.Decoder(RunListed)
 RUN_CANCEL_DECODER = msgspec.json.Decoder(RunCancel)
+AGENT_LIST_DECODER = msgspec.json.Decoder(AgentList)
+AGENT_LISTED_DECODER = msgspec.json.Decoder(AgentListed)
 APPROVAL_DECIDE_DECODER = msgspec.json.Decoder(ApprovalDecide)
 APPROVAL_DECIDED_DECODER = msgspec.json.Decoder(ApprovalDecided)

@@ -1,4 +1,4 @@
-"""`python -m runbus_gateway.ingress [--host H] [--port P]`: the HTTP ingress process."""
+"""`python -m runbus_ingress [--host H] [--port P]`: the HTTP ingress process."""
 
 import argparse
 import sys

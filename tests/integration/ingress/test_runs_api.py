@@ -7,13 +7,11 @@ import json
 import os
 import sys
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import aiohttp
 import msgspec
-import nats
 import pytest
 from structlog.testing import capture_logs
 
@@ -23,50 +21,19 @@ from runbus.embedded import EmbeddedNats
 from runbus.messages import RunCompleted
 from runbus.messages.runs import RUN_EVENT_DECODER
 from runbus_gateway.agents import load_agents
-from runbus_gateway.ingress.server import listening
-from runbus_gateway.ingress.sse import event_type
+from runbus_ingress.sse import event_type
 from tests.helpers import eventually
+from tests.integration.ingress.conftest import ALICE, BOB, ingress
 from tests.models import GatedModel, weather_then_answer
 from tests.stack import Stack, start_stack
 
 AGENTS = {"travel": msgspec.structs.replace(load_agents()["travel"], model="gated")}
-ALICE = {"Authorization": "Bearer dev-alice"}
-BOB = {"Authorization": "Bearer dev-bob"}
 
 
 class SseEvent(NamedTuple):
     id: int
     event: str
     data: bytes
-
-
-@pytest.fixture
-async def alice(nats_server: EmbeddedNats) -> AsyncIterator[RunbusClient]:
-    nc = await nats.connect(nats_server.url)
-    yield RunbusClient(nc, token="dev-alice")
-    await nc.drain()
-
-
-@asynccontextmanager
-async def ingress(
-    url: str, *, keepalive: float = 15.0
-) -> AsyncIterator[tuple[str, aiohttp.ClientSession]]:
-    """The ingress on a free port, on its own NATS connection, and an HTTP client for it."""
-    nc = await nats.connect(url)
-    try:
-        async with (
-            listening(nc, "127.0.0.1", 0, keepalive=keepalive) as base,
-            aiohttp.ClientSession(base, timeout=aiohttp.ClientTimeout(total=30)) as http,
-        ):
-            yield base, http
-    finally:
-        await nc.drain()
-
-
-@pytest.fixture
-async def http(stack: Stack, nats_server: EmbeddedNats) -> AsyncIterator[aiohttp.ClientSession]:
-    async with ingress(nats_server.url) as (_, session):
-        yield session
 
 
 async def read_sse(

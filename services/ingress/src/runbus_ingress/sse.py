@@ -4,6 +4,8 @@ import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Final, TypeVar
 
+from aiohttp import hdrs, web
+
 from runbus.messages import RunEvent, encode
 
 T = TypeVar("T")
@@ -53,3 +55,23 @@ async def with_keepalives(
         await asyncio.wait({pending})
         if not pending.cancelled():
             pending.exception()  # a failure after the stream ended is not worth a warning
+
+
+async def open_stream(request: web.Request, headers: dict[str, str]) -> web.StreamResponse:
+    """A prepared `text/event-stream` response that proxies pass on event by event."""
+    response = web.StreamResponse(
+        headers={
+            **headers,
+            hdrs.CONTENT_TYPE: CONTENT_TYPE,
+            hdrs.CACHE_CONTROL: "no-cache",
+            "X-Accel-Buffering": "no",  # nginx: pass each event on at once
+        }
+    )
+    await response.prepare(request)
+    return response
+
+
+def data_frame(data: bytes, *, event: str | None = None) -> bytes:
+    """An SSE event with only `data:` (and an optional `event:`), as OpenAI and AG-UI send."""
+    head = b"event: %s\n" % event.encode() if event else b""
+    return head + b"data: " + data + b"\n\n"

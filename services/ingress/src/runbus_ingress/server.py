@@ -1,4 +1,4 @@
-"""The ingress process: one NATS connection, one HTTP listener, drained on SIGTERM."""
+"""The ingress process: one HTTP listener and the users' bus connections, closed on SIGTERM."""
 
 import asyncio
 import signal
@@ -7,13 +7,13 @@ from contextlib import AsyncExitStack, asynccontextmanager
 
 import structlog
 from aiohttp import web
-from nats.aio.client import Client as NATS
 
-from runbus.runner import connect, resolve_nats_url
+from runbus.runner import resolve_nats_url
 from runbus.settings import Settings
 from runbus.telemetry import setup_tracing
 
 from .app import build_app
+from .connections import UserConnections
 
 SERVICE_NAME = "http_ingress"
 SHUTDOWN_TIMEOUT = 5.0
@@ -22,16 +22,28 @@ SHUTDOWN_TIMEOUT = 5.0
 
 @asynccontextmanager
 async def listening(
-    nc: NATS, host: str, port: int, *, idle_timeout: float = 330.0, keepalive: float = 15.0
+    url: str | list[str],
+    host: str,
+    port: int,
+    *,
+    idle_timeout: float = 330.0,
+    keepalive: float = 15.0,
+    jaeger_url: str = "",
+    connections: UserConnections | None = None,
 ) -> AsyncIterator[str]:
-    """Serve the ingress on `host:port` (0: any free port) and yield its base URL."""
+    """Serve the ingress for the bus at `url` on `host:port` (0: any free port) and yield its
+    base URL."""
+    app = build_app(
+        url,
+        idle_timeout=idle_timeout,
+        keepalive=keepalive,
+        jaeger_url=jaeger_url,
+        connections=connections,
+    )
     # A client that hangs up cancels its handler at once: the run lives on the bus, and the
     # subscription that followed it for this client is closed without waiting for an event.
     runner = web.AppRunner(
-        build_app(nc, idle_timeout=idle_timeout, keepalive=keepalive),
-        handler_cancellation=True,
-        shutdown_timeout=SHUTDOWN_TIMEOUT,
-        access_log=None,
+        app, handler_cancellation=True, shutdown_timeout=SHUTDOWN_TIMEOUT, access_log=None
     )
     await runner.setup()
     try:
@@ -51,11 +63,17 @@ async def serve(settings: Settings, host: str, port: int) -> None:
         loop.add_signal_handler(sig, stop.set)
     async with AsyncExitStack() as stack:
         stack.callback(provider.shutdown)
-        nc = await connect(resolve_nats_url(settings), f"runbus-{SERVICE_NAME}")
-        stack.push_async_callback(nc.drain)
         # A stream stays open as long as a run may take, plus a hop's time for the last event.
         idle_timeout = settings.run_timeout + settings.request_timeout
-        url = await stack.enter_async_context(listening(nc, host, port, idle_timeout=idle_timeout))
+        url = await stack.enter_async_context(
+            listening(
+                resolve_nats_url(settings),
+                host,
+                port,
+                idle_timeout=idle_timeout,
+                jaeger_url=settings.jaeger_url,
+            )
+        )
         log.info("http_listening", url=url)
         await stop.wait()
         log.info("service_stopping")

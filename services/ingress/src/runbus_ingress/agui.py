@@ -1,0 +1,220 @@
+"""A run as an AG-UI event stream: `POST /v1/agui/{agent}` takes AG-UI's `RunAgentInput` and
+runs the agent; `GET /v1/runs/{run_id}/agui` follows a run already started.
+
+The AG-UI thread is the runbus session (`thread_id` = `session_id`): the conversation lives in
+runbus's history, so a run's input is the input's last user turn. The todo list of the session
+arrives as `STATE_SNAPSHOT` (`{"todos": [...]}`) at the start, after each todo tool and at the
+end; an approval the run waits for is a `CUSTOM` event named `runbus.approval_requested`.
+"""
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from typing import Any, Final
+
+import msgspec
+import pydantic
+from ag_ui import core as ag
+from aiohttp import web
+
+from runbus import todos
+from runbus.client import RunbusClient, SequencedEvent
+from runbus.errors import BadRequest
+from runbus.messages import (
+    ChatMessage,
+    Content,
+    RunApprovalRequested,
+    RunCompleted,
+    RunEvent,
+    RunFailed,
+    RunStarted,
+    RunTextDelta,
+    RunToolCall,
+    RunToolResult,
+    TextContent,
+)
+from runbus.messages.runs import RUN_INFO_DECODER, RunGet
+from runbus.messages.sessions import SESSION_INFO_DECODER, SessionGet
+
+from . import sse
+from .context import (
+    RUN_ID_HEADER,
+    caller_trace,
+    checked_identifier,
+    identifier,
+    ingress_of,
+)
+from .errors import error_response
+
+APPROVAL_EVENT: Final = "runbus.approval_requested"
+TODO_TOOL_PREFIX: Final = "todos_"
+
+
+class Translator:
+    """runbus run events → AG-UI events, one run at a time (it remembers the open message)."""
+
+    def __init__(self, thread_id: str, run_id: str) -> None:
+        self.thread_id = thread_id
+        self.run_id = run_id
+        self.open_message: str | None = None
+        self.tool_names: dict[str, str] = {}
+
+    def translate(self, event: RunEvent) -> list[ag.BaseEvent]:
+        out: list[ag.BaseEvent] = []
+        if self.open_message is not None and not (
+            isinstance(event, RunTextDelta) and event.message_id == self.open_message
+        ):
+            out.append(ag.TextMessageEndEvent(message_id=self.open_message))
+            self.open_message = None
+        match event:
+            case RunStarted(session_id=session_id):
+                self.thread_id = session_id
+                out.append(ag.RunStartedEvent(thread_id=session_id, run_id=self.run_id))
+            case RunTextDelta(message_id=message_id, delta=delta):
+                if self.open_message is None:
+                    out.append(ag.TextMessageStartEvent(message_id=message_id, role="assistant"))
+                    self.open_message = message_id
+                out.append(ag.TextMessageContentEvent(message_id=message_id, delta=delta))
+            case RunToolCall(call=call):
+                self.tool_names[call.call_id] = call.name
+                out += [
+                    ag.ToolCallStartEvent(tool_call_id=call.call_id, tool_call_name=call.name),
+                    ag.ToolCallArgsEvent(
+                        tool_call_id=call.call_id, delta=json.dumps(call.arguments or {})
+                    ),
+                    ag.ToolCallEndEvent(tool_call_id=call.call_id),
+                ]
+            case RunToolResult(result=result):
+                content = (
+                    json.dumps({"error": result.error})
+                    if result.error
+                    else json.dumps(result.result, default=str)
+                )
+                out.append(
+                    ag.ToolCallResultEvent(
+                        message_id=f"{self.run_id}:{result.call_id}:result",
+                        tool_call_id=result.call_id,
+                        content=content,
+                        role="tool",
+                    )
+                )
+            case RunApprovalRequested():
+                value = msgspec.to_builtins(event)
+                out.append(ag.CustomEvent(name=APPROVAL_EVENT, value=value))
+            case RunCompleted(text=text, usage=usage):
+                finished = {"text": text, "usage": msgspec.to_builtins(usage)}
+                out.append(
+                    ag.RunFinishedEvent(
+                        thread_id=self.thread_id, run_id=self.run_id, result=finished
+                    )
+                )
+            case RunFailed(error=error):
+                out.append(ag.RunErrorEvent(message=error.message, code=error.code))
+        return out
+
+    def todos_may_have_changed(self, event: RunEvent) -> bool:
+        match event:
+            case RunStarted() | RunCompleted():
+                return True
+            case RunToolResult(result=result):
+                return self.tool_names.get(result.call_id, "").startswith(TODO_TOOL_PREFIX)
+        return False
+
+
+def run_input(body: ag.RunAgentInput) -> list[ChatMessage]:
+    """The user messages after the last assistant message, as the run's input."""
+    messages = body.messages
+    last = max((i for i, m in enumerate(messages) if m.role == "assistant"), default=-1)
+    texts = [
+        m.content if isinstance(m.content, str) else _text_of(m.content)
+        for m in messages[last + 1 :]
+        if m.role == "user"
+    ]
+    texts = [t for t in texts if t.strip()]
+    if not texts:
+        raise BadRequest("`messages` must end with a user message that has text")
+    contents: list[Content] = [TextContent(text=t) for t in texts]
+    return [ChatMessage(role="user", contents=contents)]
+
+
+def _text_of(parts: list[Any]) -> str:
+    return "".join(getattr(part, "text", "") or "" for part in parts)
+
+
+async def on_run_agent(request: web.Request) -> web.StreamResponse:
+    ingress = ingress_of(request)
+    agent = identifier(request, "agent")
+    try:
+        body = ag.RunAgentInput.model_validate_json(await request.read())
+    except pydantic.ValidationError as exc:
+        raise BadRequest(f"bad AG-UI RunAgentInput: {exc.errors(include_url=False)}") from None
+    thread_id = checked_identifier(body.thread_id, "thread_id")
+    run_id = checked_identifier(body.run_id, "run_id")
+    messages = run_input(body)
+    async with ingress.client(request) as client:
+        with caller_trace(request):
+            await client.start(agent, messages, session_id=thread_id, run_id=run_id)
+        return await _agui_stream(request, client, Translator(thread_id, run_id), after=0)
+
+
+async def on_watch_run(request: web.Request) -> web.StreamResponse:
+    ingress = ingress_of(request)
+    run_id = identifier(request, "run_id")
+    async with ingress.client(request) as client:
+        info = await client.call("runs.get", RunGet(run_id=run_id), RUN_INFO_DECODER)
+        translator = Translator(info.record.session_id, run_id)
+        return await _agui_stream(request, client, translator, after=0)
+
+
+async def _agui_stream(
+    request: web.Request, client: RunbusClient, translator: Translator, *, after: int
+) -> web.StreamResponse:
+    ingress = ingress_of(request)
+    headers = {RUN_ID_HEADER: translator.run_id}
+    events = client.follow(translator.run_id, after=after, timeout=ingress.idle_timeout)
+    async with (
+        aclosing(events),
+        aclosing(sse.with_keepalives(events, ingress.keepalive)) as paced,
+    ):
+        first = await anext(paced)
+        if first is not None and isinstance(first.event, RunFailed):
+            return error_response(first.event.error, headers=headers)
+        response = await sse.open_stream(request, headers)
+        snapshot: Any = None
+        async for item in _chain(first, paced):
+            if item is None:
+                await response.write(sse.KEEPALIVE)
+                continue
+            out = translator.translate(item.event)
+            if translator.todos_may_have_changed(item.event):
+                current = await _todos(client, translator.thread_id)
+                if current != snapshot:
+                    snapshot = current
+                    state = ag.StateSnapshotEvent(snapshot={"todos": current})
+                    # The list as it stands at the end belongs before the run's end.
+                    out.insert(
+                        len(out) - 1 if isinstance(item.event, RunCompleted) else len(out), state
+                    )
+            for event in out:
+                await response.write(sse.data_frame(event.model_dump_json(by_alias=True).encode()))
+        return response
+
+
+async def _chain(
+    first: SequencedEvent | None, rest: AsyncIterator[SequencedEvent | None]
+) -> AsyncIterator[SequencedEvent | None]:
+    yield first
+    async for item in rest:
+        yield item
+
+
+async def _todos(client: RunbusClient, session_id: str) -> list[dict[str, Any]]:
+    info = await client.call(
+        "sessions.get", SessionGet(session_id=session_id), SESSION_INFO_DECODER
+    )
+    try:
+        state = todos.load(info.record.state.get(todos.STATE_KEY))
+    except msgspec.ValidationError:
+        return []  # not a todo list: nothing this stream can show
+    items: list[dict[str, Any]] = msgspec.to_builtins(state.items)
+    return items

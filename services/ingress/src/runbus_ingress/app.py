@@ -1,0 +1,72 @@
+"""The ingress application: every route in one table, the typed-error middleware, and the
+per-user connections started and closed with the app."""
+
+from collections.abc import AsyncIterator
+from typing import Final
+
+from aiohttp import web
+
+from . import agui, console, openai_chat, openapi, resources, responses, runs
+from .connections import UserConnections
+from .context import INGRESS_KEY, Ingress, json_response
+from .errors import typed_errors
+
+MAX_BODY: Final = 4 * 1024 * 1024
+"""Largest request body; the gateway refuses input text over 256 KiB anyway, the rest is room
+for inline images and files (stored as blobs before the run request is published)."""
+
+ROUTES: Final = (
+    web.post("/v1/runs", runs.on_start_run),
+    web.get("/v1/runs", runs.on_list_runs),
+    web.get("/v1/runs/{run_id}", runs.on_get_run),
+    web.get("/v1/runs/{run_id}/events", runs.on_run_events),
+    web.post("/v1/runs/{run_id}/cancel", runs.on_cancel_run),
+    web.post("/v1/runs/{run_id}/approvals/{call_id}", runs.on_decide),
+    web.get("/v1/runs/{run_id}/agui", agui.on_watch_run),
+    web.post("/v1/agui/{agent}", agui.on_run_agent),
+    web.get("/v1/agents", resources.on_list_agents),
+    web.get("/v1/sessions", resources.on_list_sessions),
+    web.get("/v1/sessions/{session_id}", resources.on_get_session),
+    web.get("/v1/sessions/{session_id}/messages", resources.on_session_messages),
+    web.get("/v1/memories", resources.on_list_memories),
+    web.delete("/v1/memories/{memory_id}", resources.on_forget_memory),
+    web.post("/v1/chat/completions", openai_chat.on_chat_completions),
+    web.get("/v1/models", openai_chat.on_list_models),
+    web.post("/v1/responses", responses.on_create_response),
+    web.get("/openapi.json", openapi.on_openapi),
+    web.get("/healthz", resources.on_healthz),
+    web.get("/", console.on_index),
+    web.get("/console/{asset}", console.on_asset),
+)
+
+
+def build_app(
+    url: str | list[str],
+    *,
+    idle_timeout: float = 330.0,
+    keepalive: float = 15.0,
+    max_body: int = MAX_BODY,
+    jaeger_url: str = "",
+    connections: UserConnections | None = None,
+) -> web.Application:
+    """The ingress for the bus at `url`; each user's requests use a connection of their own."""
+    ingress = Ingress(
+        connections=connections or UserConnections(url),
+        idle_timeout=idle_timeout,
+        keepalive=keepalive,
+        jaeger_url=jaeger_url.rstrip("/"),
+    )
+    app = web.Application(client_max_size=max_body, middlewares=[typed_errors])
+    app[INGRESS_KEY] = ingress
+    app.add_routes(ROUTES)
+
+    async def connections_open(app: web.Application) -> AsyncIterator[None]:
+        await ingress.connections.start()
+        yield
+        await ingress.connections.close()
+
+    app.cleanup_ctx.append(connections_open)
+    return app
+
+
+__all__ = ["ROUTES", "build_app", "json_response"]

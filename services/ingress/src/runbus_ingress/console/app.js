@@ -1,0 +1,245 @@
+// The runbus console: plain JS over the ingress's own HTTP routes, with the user's token.
+"use strict";
+
+const state = { token: localStorage.getItem("runbus.token") || "", config: {}, stop: null };
+const view = document.getElementById("view");
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else if (value !== null && value !== undefined) node.setAttribute(key, value);
+  }
+  for (const child of children.flat()) {
+    if (child !== null && child !== undefined) node.append(child instanceof Node ? child : String(child));
+  }
+  return node;
+}
+
+class ApiError extends Error {
+  constructor(status, code, message) { super(message); this.status = status; this.code = code; }
+}
+
+async function api(path, options = {}) {
+  const response = await fetch(path, {
+    ...options,
+    headers: { Authorization: `Bearer ${state.token}`, "Content-Type": "application/json", ...(options.headers || {}) },
+  });
+  if (!response.ok) {
+    let code = "error", message = response.statusText;
+    try { const body = await response.json(); code = body.error.code; message = body.error.message; } catch (_) { /* not JSON */ }
+    if (response.status === 401) signOut();
+    throw new ApiError(response.status, code, message);
+  }
+  return response.status === 204 ? null : response.json();
+}
+
+// SSE over fetch (an EventSource cannot send the Authorization header).
+async function follow(runId, onEvent, signal) {
+  const response = await fetch(`/v1/runs/${encodeURIComponent(runId)}/events`, {
+    headers: { Authorization: `Bearer ${state.token}` }, signal,
+  });
+  if (response.status === 204) return;
+  if (!response.ok) {
+    const body = await response.json().catch(() => ({ error: { code: "error", message: response.statusText } }));
+    throw new ApiError(response.status, body.error.code, body.error.message);
+  }
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buffer += value;
+    let end;
+    while ((end = buffer.indexOf("\n\n")) >= 0) {
+      const block = buffer.slice(0, end);
+      buffer = buffer.slice(end + 2);
+      const data = block.split("\n").filter((l) => l.startsWith("data: ")).map((l) => l.slice(6)).join("\n");
+      if (data) onEvent(JSON.parse(data));
+    }
+  }
+}
+
+function status(value) { return el("span", { class: `status ${value}`, "data-status": value }, value); }
+function when(iso) { return iso ? new Date(iso).toLocaleString() : ""; }
+function failure(error) { return el("p", { class: "error", role: "alert" }, `${error.message} (${error.status || ""} ${error.code || ""})`); }
+
+function show(...nodes) { view.replaceChildren(...nodes); }
+
+async function runsPage() {
+  const agents = await api("/v1/agents");
+  const form = el("form", { class: "inline card", id: "start-form", onsubmit: startRun },
+    el("label", {}, "Agent ", el("select", { name: "agent" }, agents.agents.map((a) => el("option", { value: a.name }, a.name)))),
+    el("label", {}, "Session ", el("input", { name: "session_id", placeholder: "new session", size: 14 })),
+    el("label", { style: "flex:1" }, "Message ", el("input", { name: "text", required: "", style: "width:100%" })),
+    el("button", { class: "primary", type: "submit" }, "Start run"));
+  const listed = await api("/v1/runs?limit=50");
+  const rows = listed.records.map((r) => el("tr", {},
+    el("td", {}, el("a", { href: `#run/${r.run_id}`, class: "mono" }, r.run_id)),
+    el("td", {}, r.agent), el("td", {}, el("a", { href: `#session/${r.session_id}`, class: "mono" }, r.session_id)),
+    el("td", {}, status(r.status)), el("td", { class: "muted" }, when(r.created_at)),
+    el("td", {}, (r.text || (r.error && r.error.message) || "").slice(0, 80))));
+  show(el("h1", {}, "Runs"), form,
+    el("table", { id: "runs" }, el("tr", {}, ["Run", "Agent", "Session", "Status", "Started", "Answer"].map((h) => el("th", {}, h))), rows));
+}
+
+async function startRun(event) {
+  event.preventDefault();
+  const data = new FormData(event.target);
+  const body = { agent: data.get("agent"), text: data.get("text") };
+  if (data.get("session_id")) body.session_id = data.get("session_id");
+  try {
+    const started = await api("/v1/runs?detach=true", { method: "POST", body: JSON.stringify(body) });
+    localStorage.setItem(`runbus.trace.${started.run_id}`, started.trace_id);
+    location.hash = `#run/${started.run_id}`;
+  } catch (error) { event.target.after(failure(error)); }
+}
+
+async function runPage(runId) {
+  let record;
+  try { record = await api(`/v1/runs/${encodeURIComponent(runId)}`); } catch (error) {
+    show(el("h1", {}, "Run ", el("span", { class: "mono" }, runId)), failure(error));
+    return;
+  }
+  const answer = el("div", { class: "answer", id: "answer" });
+  const tools = el("div", { id: "tools" });
+  const todos = el("ul", { id: "todos" });
+  const usage = el("div", { id: "usage", class: "muted" }, "—");
+  const badge = el("span", { id: "run-status" }, status(record.status));
+  const traceId = localStorage.getItem(`runbus.trace.${runId}`);
+  const trace = traceId
+    ? (state.config.jaeger_url ? el("a", { id: "trace", href: `${state.config.jaeger_url}/trace/${traceId}`, target: "_blank" }, traceId) : el("span", { id: "trace", class: "mono" }, traceId))
+    : el("span", { class: "muted" }, "not known here (the run was started elsewhere)");
+  show(el("h1", {}, "Run ", el("span", { class: "mono" }, runId), " ", badge),
+    el("p", { class: "muted" }, `agent ${record.agent} · session `, el("a", { href: `#session/${record.session_id}` }, record.session_id), " · trace ", trace),
+    el("div", { class: "grid" },
+      el("div", {}, el("div", { class: "card" }, el("h2", {}, "Answer"), answer), el("div", { class: "card" }, el("h2", {}, "Tool calls"), tools)),
+      el("div", {}, el("div", { class: "card" }, el("h2", {}, "Todo list"), todos), el("div", { class: "card" }, el("h2", {}, "Usage"), usage))));
+  const calls = {};
+  const refreshTodos = async () => {
+    const session = await api(`/v1/sessions/${encodeURIComponent(record.session_id)}`);
+    const items = ((session.state || {}).todos || {}).items || [];
+    todos.replaceChildren(...(items.length ? items.map((t) => el("li", {}, t.done ? "☑ " : "☐ ", t.title)) : [el("li", { class: "muted" }, "none")]));
+  };
+  refreshTodos().catch(() => {});
+  const controller = new AbortController();
+  state.stop = () => controller.abort();
+  const onEvent = (event) => {
+    switch (event.type) {
+      case "run.started": badge.replaceChildren(status("running")); break;
+      case "run.text_delta": answer.append(event.delta); break;
+      case "run.tool_call": {
+        const box = el("div", { class: "tool", "data-call": event.call.call_id },
+          el("b", {}, event.call.name), el("pre", {}, JSON.stringify(event.call.arguments)));
+        calls[event.call.call_id] = box; tools.append(box); break;
+      }
+      case "run.approval_requested": {
+        const box = calls[event.call_id] || tools.appendChild(el("div", { class: "tool" }, el("b", {}, event.tool)));
+        box.classList.add("approval");
+        badge.replaceChildren(status("waiting_approval"));
+        const decide = (decision) => async () => {
+          try {
+            const decided = await api(`/v1/runs/${encodeURIComponent(runId)}/approvals/${encodeURIComponent(event.call_id)}`, { method: "POST", body: JSON.stringify({ decision }) });
+            buttons.replaceChildren(el("span", { class: "decided" }, decided.decision));
+            badge.replaceChildren(status("running"));
+          } catch (error) { buttons.append(failure(error)); }
+        };
+        const buttons = el("div", { class: "buttons" }, el("span", {}, `Needs approval: ${event.reason} `),
+          el("button", { class: "primary", onclick: decide("approved") }, "Approve"),
+          el("button", { class: "deny", onclick: decide("denied") }, "Deny"));
+        box.append(buttons); break;
+      }
+      case "run.tool_result": {
+        const box = calls[event.result.call_id] || tools.appendChild(el("div", { class: "tool" }));
+        const shown = event.result.error ? `error: ${event.result.error}` : JSON.stringify(event.result.result, null, 1);
+        box.append(el("pre", { class: "result" }, "→ ", shown));
+        if (box.textContent.includes("todos_")) refreshTodos().catch(() => {});
+        break;
+      }
+      case "run.completed":
+        badge.replaceChildren(status("completed"));
+        if (!answer.textContent) answer.textContent = event.text;
+        usage.textContent = `${event.usage.input_tokens} tokens in · ${event.usage.output_tokens} tokens out`;
+        refreshTodos().catch(() => {});
+        break;
+      case "run.failed":
+        badge.replaceChildren(status(event.error.code === "cancelled" ? "cancelled" : "failed"));
+        answer.after(failure({ message: event.error.message, code: event.error.code }));
+        break;
+    }
+  };
+  follow(runId, onEvent, controller.signal).catch((error) => { if (error.name !== "AbortError") answer.after(failure(error)); });
+}
+
+async function sessionsPage() {
+  const listed = await api("/v1/sessions?limit=100");
+  show(el("h1", {}, "Sessions"), el("table", { id: "sessions" },
+    el("tr", {}, ["Session", "Agent", "Messages", "Updated"].map((h) => el("th", {}, h))),
+    listed.records.map((s) => el("tr", {},
+      el("td", {}, el("a", { href: `#session/${s.session_id}`, class: "mono" }, s.session_id)),
+      el("td", {}, s.agent), el("td", {}, s.history_length), el("td", { class: "muted" }, when(s.updated_at))))));
+}
+
+async function sessionPage(sessionId) {
+  try {
+    const [loaded, runs] = await Promise.all([
+      api(`/v1/sessions/${encodeURIComponent(sessionId)}/messages`),
+      api(`/v1/runs?session_id=${encodeURIComponent(sessionId)}`)]);
+    const text = (m) => m.contents.map((c) => c.type === "text" ? c.text : c.type === "function_call" ? `[calls ${c.name}]` : c.type === "function_result" ? `[result ${JSON.stringify(c.result ?? c.error)}]` : "").join(" ");
+    show(el("h1", {}, "Session ", el("span", { class: "mono" }, sessionId)),
+      el("div", { class: "card", id: "transcript" }, loaded.messages.map((m) => el("div", { class: "msg" }, el("b", {}, m.role), text(m)))),
+      el("h2", {}, "Runs"), el("ul", {}, runs.records.map((r) => el("li", {}, el("a", { href: `#run/${r.run_id}` }, r.run_id), " ", status(r.status)))));
+  } catch (error) { show(el("h1", {}, "Session"), failure(error)); }
+}
+
+async function memoriesPage() {
+  const listed = await api("/v1/memories?limit=200");
+  const forget = (id, row) => async () => {
+    try { await api(`/v1/memories/${encodeURIComponent(id)}`, { method: "DELETE" }); row.remove(); } catch (error) { row.append(failure(error)); }
+  };
+  show(el("h1", {}, "Memories"), el("table", { id: "memories" },
+    el("tr", {}, ["Memory", "Session", "When", ""].map((h) => el("th", {}, h))),
+    listed.memories.map((m) => {
+      const row = el("tr", {}, el("td", {}, m.text), el("td", { class: "mono" }, m.session_id), el("td", { class: "muted" }, when(m.created_at)));
+      row.append(el("td", {}, el("button", { class: "deny", onclick: forget(m.memory_id, row) }, "Forget")));
+      return row;
+    })));
+}
+
+function signOut() {
+  state.token = ""; localStorage.removeItem("runbus.token"); route();
+}
+
+async function route() {
+  if (state.stop) { state.stop(); state.stop = null; }
+  const signedIn = Boolean(state.token);
+  document.getElementById("signin").hidden = signedIn;
+  document.getElementById("nav").hidden = !signedIn;
+  document.getElementById("signout").hidden = !signedIn;
+  if (!signedIn) { view.replaceChildren(); return; }
+  const [page, arg] = (location.hash.slice(1) || "runs").split("/");
+  try {
+    if (page === "run") await runPage(decodeURIComponent(arg));
+    else if (page === "sessions") await sessionsPage();
+    else if (page === "session") await sessionPage(decodeURIComponent(arg));
+    else if (page === "memories") await memoriesPage();
+    else await runsPage();
+  } catch (error) { show(failure(error)); }
+}
+
+document.getElementById("signin-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  state.token = document.getElementById("token").value.trim();
+  try {
+    await api("/v1/agents");
+    localStorage.setItem("runbus.token", state.token);
+    document.getElementById("signin-error").textContent = "";
+    route();
+  } catch (error) {
+    state.token = "";
+    document.getElementById("signin-error").textContent = `Sign-in refused: ${error.message}`;
+  }
+});
+document.getElementById("signout").addEventListener("click", signOut);
+window.addEventListener("hashchange", route);
+fetch("/console/config.json").then((r) => r.json()).then((c) => { state.config = c; }).finally(route);

@@ -1,0 +1,100 @@
+"""What every route shares: the caller's bus client, request parameters and JSON answers."""
+
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from typing import Final, TypeVar
+
+import msgspec
+from aiohttp import hdrs, web
+from opentelemetry import context as otel_context
+
+from runbus.client import RunbusClient
+from runbus.errors import BadRequest
+from runbus.messages import is_identifier
+from runbus.telemetry import extract
+
+from .bodies import bearer_token
+from .connections import UserConnections
+
+T = TypeVar("T")
+
+RUN_ID_HEADER: Final = "Runbus-Run-Id"
+TRACE_ID_HEADER: Final = "Runbus-Trace-Id"
+
+
+@dataclass(frozen=True)
+class Ingress:
+    """The state behind the routes: the per-user connections and the stream timings."""
+
+    connections: UserConnections
+    idle_timeout: float = 330.0
+    """Seconds a live stream may go without a run event before it is given up."""
+    keepalive: float = 15.0
+    """Seconds between SSE comments on an idle stream."""
+    jaeger_url: str = ""
+    """Base URL of a trace UI that shows `/trace/<trace_id>` (the console links to it)."""
+
+    @asynccontextmanager
+    async def client(self, request: web.Request) -> AsyncIterator[RunbusClient]:
+        """The caller's client (their own bus connection) for as long as the block runs."""
+        token = bearer_token(request.headers.get(hdrs.AUTHORIZATION))
+        async with self.connections.lease(token) as client:
+            yield client
+
+
+INGRESS_KEY: Final = web.AppKey("ingress", Ingress)
+
+
+def ingress_of(request: web.Request) -> Ingress:
+    return request.app[INGRESS_KEY]
+
+
+def identifier(request: web.Request, name: str) -> str:
+    """A path parameter that must be a runbus identifier (run, session, call id)."""
+    return checked_identifier(request.match_info[name], name)
+
+
+def checked_identifier(value: str, name: str) -> str:
+    if not is_identifier(value):
+        raise BadRequest(f"bad {name} {value!r}: letters, digits, `_` and `-`, at most 128")
+    return value
+
+
+def int_query(request: web.Request, name: str, default: int, *, low: int, high: int) -> int:
+    raw = request.query.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = low - 1
+    if not low <= value <= high:
+        raise BadRequest(f"bad {name} {raw!r}: an integer from {low} to {high}")
+    return value
+
+
+def json_response(
+    body: object, *, status: int = 200, headers: dict[str, str] | None = None
+) -> web.Response:
+    """`body` as JSON: bytes go out as they are, anything else through msgspec."""
+    data = body if isinstance(body, bytes) else msgspec.json.encode(body)
+    return web.Response(status=status, body=data, content_type="application/json", headers=headers)
+
+
+def decode_body(body: bytes, decoder: "msgspec.json.Decoder[T]", what: str) -> T:
+    """A request body, or `bad_request` naming what was wrong with it."""
+    try:
+        return decoder.decode(body)
+    except msgspec.DecodeError as exc:  # ValidationError is a DecodeError
+        raise BadRequest(f"bad {what} body: {exc}") from None
+
+
+@contextmanager
+def caller_trace(request: web.Request) -> Iterator[None]:
+    """A caller that sends `traceparent` gets the run in its own trace."""
+    token = otel_context.attach(extract(request.headers))
+    try:
+        yield
+    finally:
+        otel_context.detach(token)

@@ -1,0 +1,236 @@
+"""`POST /v1/chat/completions` and `GET /v1/models`: a runbus agent behind OpenAI's API.
+
+`model` names the agent. runbus keeps the conversation server-side in a session: the run's input
+is the request's last user turn, and the session comes from the `Runbus-Session-Id` header, else
+`metadata.session_id`, else `user`. Without any, each request is a new session and the earlier
+turns in `messages` travel as quoted context in the first user message. The agent's own tools
+run server-side; the `runbus` extension field reports them.
+"""
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from typing import Final
+
+import msgspec
+from aiohttp import web
+
+from runbus.client import SequencedEvent
+from runbus.errors import BadRequest, Unavailable
+from runbus.messages import (
+    ChatMessage,
+    Content,
+    RunApprovalRequested,
+    RunCompleted,
+    RunFailed,
+    RunTextDelta,
+    RunToolCall,
+    RunToolResult,
+    TextContent,
+)
+from runbus.messages.runs import AGENT_LISTED_DECODER, AgentList
+
+from . import openai_wire as oa
+from . import sse
+from .context import (
+    RUN_ID_HEADER,
+    caller_trace,
+    checked_identifier,
+    decode_body,
+    ingress_of,
+    json_response,
+)
+from .errors import STATUS_BY_CODE, error_response, openai_error
+
+SESSION_HEADER: Final = "Runbus-Session-Id"
+DONE: Final = b"data: [DONE]\n\n"
+
+
+def session_of(request: web.Request, body: oa.ChatCompletionRequest) -> str | None:
+    """The session a request names: header, then `metadata.session_id`, then `user`."""
+    named = (
+        request.headers.get(SESSION_HEADER) or (body.metadata or {}).get("session_id") or body.user
+    )
+    return named or None
+
+
+def run_input(messages: list[oa.ChatInMessage], *, resumed: bool) -> list[ChatMessage]:
+    """The run's input: the user messages after the last assistant message. A new session gets
+    the turns before them as quoted context (the agent's instructions stay its system prompt,
+    so `system`/`developer` messages become part of that context, never a system message)."""
+    last_assistant = max((i for i, m in enumerate(messages) if m.role == "assistant"), default=-1)
+    turn = [m for m in messages[last_assistant + 1 :] if m.role == "user" and m.text.strip()]
+    if not turn:
+        raise BadRequest("`messages` must end with a user message that has text")
+    texts: list[Content] = [TextContent(text=m.text) for m in turn]
+    earlier = [m for m in messages[: last_assistant + 1] if m.text.strip()]
+    earlier += [m for m in messages[last_assistant + 1 :] if m.role in ("system", "developer")]
+    if earlier and not resumed:
+        quoted = "\n".join(f"{m.role}: {m.text}" for m in earlier)
+        texts.insert(0, TextContent(text=f"Earlier in this conversation:\n{quoted}\n---"))
+    return [ChatMessage(role="user", contents=texts)]
+
+
+class Completion:
+    """The facts of one run that a completion reports, gathered from its events."""
+
+    def __init__(self, agent: str, run_id: str, session_id: str, trace_id: str) -> None:
+        self.id = f"chatcmpl-{run_id}"
+        self.created = int(time.time())
+        self.agent = agent
+        self.extension = oa.RunbusExtension(run_id=run_id, session_id=session_id, trace_id=trace_id)
+        self.tools: dict[str, oa.ToolActivity] = {}
+
+    def on_event(self, event: object) -> oa.ToolActivity | None:
+        """Record tool activity; the changed call, if the event was one."""
+        match event:
+            case RunToolCall(call=call):
+                activity = oa.ToolActivity(
+                    call_id=call.call_id, name=call.name, arguments=call.arguments or {}
+                )
+            case RunApprovalRequested(call_id=call_id):
+                known = self.tools.get(call_id)
+                if known is None:
+                    return None
+                activity = msgspec.structs.replace(known, status="waiting_approval")
+            case RunToolResult(result=result):
+                known = self.tools.get(result.call_id)
+                activity = oa.ToolActivity(
+                    call_id=result.call_id,
+                    name=known.name if known else "",
+                    arguments=known.arguments if known else {},
+                    result=result.result,
+                    error=result.error,
+                    status="done",
+                )
+            case _:
+                return None
+        self.tools[activity.call_id] = activity
+        return activity
+
+    def usage(self, done: RunCompleted) -> oa.Usage:
+        used = done.usage
+        total = used.input_tokens + used.output_tokens
+        return oa.Usage(used.input_tokens, used.output_tokens, total)
+
+    def final(self, done: RunCompleted) -> oa.ChatCompletion:
+        extension = msgspec.structs.replace(self.extension, tool_calls=list(self.tools.values()))
+        return oa.ChatCompletion(
+            id=self.id,
+            created=self.created,
+            model=self.agent,
+            choices=[oa.Choice(message=oa.AssistantMessage(content=done.text))],
+            usage=self.usage(done),
+            runbus=extension,
+        )
+
+    def chunk(
+        self,
+        delta: oa.Delta | None = None,
+        *,
+        finish: bool = False,
+        usage: oa.Usage | None = None,
+        tool: oa.ToolActivity | None = None,
+    ) -> bytes:
+        choices = (
+            []
+            if delta is None
+            else [oa.ChunkChoice(delta, finish_reason="stop" if finish else None)]
+        )
+        extension = msgspec.structs.replace(self.extension, tool_calls=[tool]) if tool else None
+        chunk = oa.ChatCompletionChunk(
+            id=self.id,
+            created=self.created,
+            model=self.agent,
+            choices=choices,
+            usage=usage,
+            runbus=extension,
+        )
+        return sse.data_frame(msgspec.json.encode(chunk))
+
+
+async def on_chat_completions(request: web.Request) -> web.StreamResponse:
+    ingress = ingress_of(request)
+    body = decode_body(await request.read(), oa.CHAT_COMPLETION_REQUEST_DECODER, "chat completion")
+    checked_identifier(body.model, "model")
+    named = session_of(request, body)
+    if named is not None:
+        checked_identifier(named, "session id")
+    session_id = named or f"s-{uuid.uuid4().hex[:16]}"
+    messages = run_input(body.messages, resumed=named is not None)
+    async with ingress.client(request) as client:
+        with caller_trace(request):
+            run_id, trace_id = await client.start_traced(
+                body.model, messages, session_id=session_id
+            )
+        completion = Completion(body.model, run_id, session_id, trace_id)
+        headers = {RUN_ID_HEADER: run_id, SESSION_HEADER: session_id}
+        async with aclosing(client.follow(run_id, timeout=ingress.idle_timeout)) as events:
+            if not body.stream:
+                return await _whole(completion, events, headers)
+            async with aclosing(sse.with_keepalives(events, ingress.keepalive)) as paced:
+                first = await anext(paced)
+                if first is not None and isinstance(first.event, RunFailed):
+                    return error_response(first.event.error, headers=headers, openai=True)
+                include_usage = bool(body.stream_options and body.stream_options.include_usage)
+                return await _stream(request, completion, first, paced, headers, include_usage)
+
+
+async def on_list_models(request: web.Request) -> web.Response:
+    async with ingress_of(request).client(request) as client:
+        listed = await client.call("agents.list", AgentList(), AGENT_LISTED_DECODER)
+    models = [oa.Model(id=a.name, description=a.description) for a in listed.agents]
+    return json_response(oa.ModelList(data=models))
+
+
+async def _whole(
+    completion: Completion, events: AsyncIterator[SequencedEvent], headers: dict[str, str]
+) -> web.Response:
+    async for item in events:
+        completion.on_event(item.event)
+        match item.event:
+            case RunCompleted():
+                return json_response(completion.final(item.event), headers=headers)
+            case RunFailed(error=error):
+                return error_response(error, headers=headers, openai=True)
+    raise Unavailable("the event stream ended without a final event")
+
+
+async def _stream(
+    request: web.Request,
+    completion: Completion,
+    first: SequencedEvent | None,
+    paced: AsyncIterator[SequencedEvent | None],
+    headers: dict[str, str],
+    include_usage: bool,
+) -> web.StreamResponse:
+    response = await sse.open_stream(request, headers)
+    await response.write(completion.chunk(oa.Delta(role="assistant", content="")))
+    item = first
+    while True:
+        if item is None:
+            await response.write(sse.KEEPALIVE)
+        else:
+            event = item.event
+            if (tool := completion.on_event(event)) is not None:
+                await response.write(completion.chunk(oa.Delta(), tool=tool))
+            match event:
+                case RunTextDelta(delta=delta):
+                    await response.write(completion.chunk(oa.Delta(content=delta)))
+                case RunCompleted():
+                    await response.write(completion.chunk(oa.Delta(), finish=True))
+                    if include_usage:
+                        await response.write(completion.chunk(usage=completion.usage(event)))
+                    break
+                case RunFailed(error=error):
+                    status = STATUS_BY_CODE.get(error.code, 500)
+                    body = {"error": openai_error(error, status)}
+                    await response.write(sse.data_frame(msgspec.json.encode(body)))
+                    break
+        try:
+            item = await anext(paced)
+        except StopAsyncIteration:
+            break
+    await response.write(DONE)
+    return response

@@ -1,0 +1,238 @@
+"""runbus's own run API: start, read, list, cancel and approve runs, and their events as SSE.
+
+Each handler makes the bus calls any client makes, on the caller's own connection: the gateway
+authenticates and authorizes, this process only translates.
+"""
+
+import asyncio
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
+from typing import Annotated, Final, Literal
+
+import msgspec
+import structlog
+from aiohttp import hdrs, web
+
+from runbus.client import SequencedEvent, new_run_id
+from runbus.errors import BadRequest, Unavailable
+from runbus.messages import RunCompleted, RunFailed, encode
+from runbus.messages.runs import (
+    APPROVAL_DECIDED_DECODER,
+    RUN_INFO_DECODER,
+    RUN_LISTED_DECODER,
+    ApprovalDecide,
+    RunCancel,
+    RunGet,
+    RunList,
+    RunStatus,
+)
+
+from . import sse
+from .bodies import decode_start_run
+from .context import (
+    RUN_ID_HEADER,
+    TRACE_ID_HEADER,
+    caller_trace,
+    checked_identifier,
+    decode_body,
+    identifier,
+    ingress_of,
+    int_query,
+    json_response,
+)
+from .errors import error_response
+
+log = structlog.get_logger()
+
+ENDED: Final[frozenset[RunStatus]] = frozenset({"completed", "failed", "cancelled"})
+REPLAY_TIMEOUT: Final = 2.0
+"""Seconds to wait for the stored events of a run that has ended: they are all in the stream,
+so none arriving means the client has seen them all."""
+
+Events = AsyncGenerator[SequencedEvent, None]
+Paced = AsyncGenerator[SequencedEvent | None, None]
+
+
+class Decision(msgspec.Struct, frozen=True, kw_only=True):
+    """Body of `POST /v1/runs/{run_id}/approvals/{call_id}`."""
+
+    decision: Literal["approved", "denied"]
+    """The person's decision."""
+    note: Annotated[str, msgspec.Meta(max_length=1024)] = ""
+    """Shown to the model with a denial."""
+
+
+class Detached(msgspec.Struct, frozen=True):
+    """Answer of `POST /v1/runs?detach=true`: the run is on its way; follow its events."""
+
+    run_id: str
+    session_id: str
+    trace_id: str
+
+
+_DECISION = msgspec.json.Decoder(Decision)
+
+
+async def on_start_run(request: web.Request) -> web.StreamResponse:
+    ingress = ingress_of(request)
+    start = decode_start_run(await request.read())
+    run_id = start.run_id or new_run_id()
+    session_id = start.session()
+    async with ingress.client(request) as client:
+        with caller_trace(request):
+            _, trace_id = await client.start_traced(
+                start.agent, start.message(), session_id=session_id, run_id=run_id
+            )
+        log.info("http_run_started", run_id=run_id, agent=start.agent)
+        headers = {RUN_ID_HEADER: run_id, TRACE_ID_HEADER: trace_id}
+        if _flag(request, "detach"):
+            return json_response(
+                Detached(run_id, session_id, trace_id), status=202, headers=headers
+            )
+        # The events are read from the stream from its first one, so nothing published before
+        # this subscription exists is missed.
+        async with aclosing(client.follow(run_id, timeout=ingress.idle_timeout)) as events:
+            if _flag(request, "wait") or _wants_json(request):
+                return await _final(events, headers)
+            async with aclosing(sse.with_keepalives(events, ingress.keepalive)) as paced:
+                # The status waits for the first event, or a keepalive's time when the run is
+                # queued: a run refused at once (bad token, unknown agent, bad input) is an
+                # HTTP error like any other request's, not a stream.
+                first = await anext(paced)
+                if first is not None and isinstance(first.event, RunFailed):
+                    return error_response(first.event.error, headers=headers)
+                return await stream(request, run_id, first, paced, headers)
+
+
+async def on_list_runs(request: web.Request) -> web.Response:
+    session_id = request.query.get("session_id")
+    if session_id is not None:
+        session_id = checked_identifier(session_id, "session_id")
+    limit = int_query(request, "limit", 50, low=1, high=1000)
+    async with ingress_of(request).client(request) as client:
+        listed = await client.call(
+            "runs.list", RunList(session_id=session_id, limit=limit), RUN_LISTED_DECODER
+        )
+    return json_response(encode(listed))
+
+
+async def on_get_run(request: web.Request) -> web.Response:
+    run_id = identifier(request, "run_id")
+    async with ingress_of(request).client(request) as client:
+        info = await client.call("runs.get", RunGet(run_id=run_id), RUN_INFO_DECODER)
+    return json_response(encode(info.record))
+
+
+async def on_cancel_run(request: web.Request) -> web.Response:
+    run_id = identifier(request, "run_id")
+    async with ingress_of(request).client(request) as client:
+        info = await client.call("runs.cancel", RunCancel(run_id=run_id), RUN_INFO_DECODER)
+    # 202: the cancel is on its way to the run; the record shows the status before it.
+    return json_response(encode(info.record), status=200 if info.record.status in ENDED else 202)
+
+
+async def on_decide(request: web.Request) -> web.Response:
+    run_id = identifier(request, "run_id")
+    call_id = request.match_info["call_id"]
+    decision = decode_body(await request.read(), _DECISION, "decision")
+    decide = ApprovalDecide(
+        run_id=run_id, call_id=call_id, decision=decision.decision, note=decision.note
+    )
+    async with ingress_of(request).client(request) as client:
+        decided = await client.call("approvals.decide", decide, APPROVAL_DECIDED_DECODER)
+    return json_response(encode(decided))
+
+
+async def on_run_events(request: web.Request) -> web.StreamResponse:
+    ingress = ingress_of(request)
+    run_id = identifier(request, "run_id")
+    after = _after(request)
+    async with ingress.client(request) as client:
+        # Over HTTP only the run's owner may read its events (not_found otherwise, as the API
+        # answers), whatever the bus itself allows.
+        info = await client.call("runs.get", RunGet(run_id=run_id), RUN_INFO_DECODER)
+        ended = info.record.status in ENDED
+        timeout = REPLAY_TIMEOUT if ended else ingress.idle_timeout
+        headers = {RUN_ID_HEADER: run_id}
+        async with (
+            aclosing(client.follow(run_id, after=after, timeout=timeout)) as events,
+            aclosing(sse.with_keepalives(events, ingress.keepalive)) as paced,
+        ):
+            try:
+                first = await anext(paced)
+            except Unavailable:
+                if not ended:
+                    raise
+                # 204 tells an EventSource to stop reconnecting: there is nothing left to send.
+                return web.Response(status=204, headers=headers)
+            return await stream(request, run_id, first, paced, headers)
+
+
+async def stream(
+    request: web.Request,
+    run_id: str,
+    first: SequencedEvent | None,
+    paced: Paced,
+    headers: dict[str, str],
+) -> web.StreamResponse:
+    """Send `first` and the rest of `paced` as SSE (None: a keepalive) until the run ends."""
+    response = await sse.open_stream(request, headers)
+    last_seq = 0
+    item = first
+    try:
+        while True:
+            if item is None:
+                await response.write(sse.KEEPALIVE)
+            else:
+                await response.write(sse.frame(item.seq, item.event))
+                last_seq = item.seq
+            item = await anext(paced)
+    except StopAsyncIteration:
+        pass  # the final event is sent
+    except (ConnectionResetError, asyncio.CancelledError) as exc:
+        # The client hung up (or the server is stopping): the run goes on without it, and it
+        # can resume with `Last-Event-ID`.
+        log.info("http_stream_closed", run_id=run_id, after=last_seq)
+        if isinstance(exc, asyncio.CancelledError):
+            raise
+    except Unavailable as exc:
+        # The status line is long gone: end the stream, the client resumes from its last id.
+        log.warning("http_stream_idle", run_id=run_id, reason=exc.message)
+    except Exception:
+        log.exception("http_stream_failed", run_id=run_id, after=last_seq)
+    return response
+
+
+async def _final(events: Events, headers: dict[str, str]) -> web.Response:
+    """Wait for the end of the run: `run.completed` as JSON, or the run's typed error."""
+    final = None
+    async for item in events:
+        final = item.event
+    match final:
+        case RunCompleted():
+            return json_response(encode(final), headers=headers)
+        case RunFailed(error=error):
+            return error_response(error, headers=headers)
+    raise Unavailable("the event stream ended without a final event")
+
+
+def _after(request: web.Request) -> int:
+    """Resume point: `Last-Event-ID` (what an EventSource sends when it reconnects) wins over
+    `?after=`."""
+    raw = request.headers.get("Last-Event-ID") or request.query.get("after") or "0"
+    try:
+        after = int(raw)
+    except ValueError:
+        after = -1
+    if after < 0:
+        raise BadRequest(f"bad event sequence {raw!r}: a stream sequence (an integer >= 0)")
+    return after
+
+
+def _flag(request: web.Request, name: str) -> bool:
+    return request.query.get(name, "").lower() in ("1", "true")
+
+
+def _wants_json(request: web.Request) -> bool:
+    accept = request.headers.get(hdrs.ACCEPT, "")
+    return "application/json" in accept and sse.CONTENT_TYPE not in accept
