@@ -34,8 +34,12 @@ run: setup ## Run the demo: embedded NATS and the six services, one short conver
 
 FAST = not (chaos or e2e or subprocess or slow or browser or real_model)
 
+.PHONY: browser
+browser: ## Install Debian's chromium for the console's browser tests (Playwright never downloads one)
+	@command -v chromium >/dev/null 2>&1 || (apt-get update && apt-get install -y chromium)
+
 .PHONY: test
-test: setup ## Run the whole test suite (every lane; pytest exit 5, nothing collected, fails)
+test: setup browser ## Run the whole test suite (every lane; pytest exit 5, nothing collected, fails)
 	$(UV_RUN) pytest
 
 .PHONY: test-fast

@@ -51,7 +51,7 @@ def build_app(
 ) -> web.Application:
     """The ingress for the bus at `url`; each user's requests use a connection of their own."""
     ingress = Ingress(
-        connections=connections or UserConnections(url),
+        connections=UserConnections(url) if connections is None else connections,
         idle_timeout=idle_timeout,
         keepalive=keepalive,
         jaeger_url=jaeger_url.rstrip("/"),

@@ -2,7 +2,7 @@
 encode (a test checks it names exactly the routes the app serves)."""
 
 from functools import cache
-from typing import Any, Final
+from typing import Final
 
 import msgspec
 from ag_ui import core as ag
@@ -14,15 +14,11 @@ from runbus.messages.runs import AgentListed, ApprovalDecided, RunListed, RunRec
 from runbus.messages.sessions import SessionListed, SessionRecord
 
 from . import openai_wire as oa
+from ._openapi_paths import AGUI_PREFIX, REF, paths
 from .bodies import StartRun
 from .errors import OpenAIErrorBody
 from .responses import ResponseRequest
 from .runs import Decision, Detached
-
-REF: Final = "#/components/schemas/{name}"
-AGUI_PREFIX: Final = "AgUi"
-JSON: Final = "application/json"
-SSE: Final = "text/event-stream"
 
 _TYPES: Final = (
     StartRun,
@@ -47,267 +43,6 @@ _TYPES: Final = (
 )
 
 
-def _ref(name: str) -> dict[str, str]:
-    return {"$ref": REF.format(name=name)}
-
-
-def _body(name: str, media: str = JSON) -> dict[str, Any]:
-    return {"required": True, "content": {media: {"schema": _ref(name)}}}
-
-
-def _ok(description: str, name: str | None = None, media: str = JSON) -> dict[str, Any]:
-    schema = _ref(name) if name else {"type": "string"}
-    return {"description": description, "content": {media: {"schema": schema}}}
-
-
-def _errors(*statuses: int, openai: bool = False) -> dict[str, Any]:
-    name = "OpenAIErrorBody" if openai else "ErrorReply"
-    described = {
-        400: "bad request",
-        401: "missing or unknown bearer token",
-        404: "no such thing for this caller (another user's is the same)",
-        409: "conflict (session busy, run cancelled, …)",
-        413: "body too large",
-        503: "the bus or a service is unavailable",
-    }
-    return {str(s): _ok(described[s], name) for s in statuses}
-
-
-def _param(name: str, where: str = "path", **schema: Any) -> dict[str, Any]:
-    return {
-        "name": name,
-        "in": where,
-        "required": where == "path",
-        "schema": schema or {"type": "string", "pattern": r"^[A-Za-z0-9_-]{1,128}$"},
-    }
-
-
-def _op(
-    summary: str,
-    responses: dict[str, Any],
-    *,
-    body: dict[str, Any] | None = None,
-    params: list[dict[str, Any]] | None = None,
-    secured: bool = True,
-    tag: str = "runs",
-) -> dict[str, Any]:
-    op: dict[str, Any] = {"summary": summary, "tags": [tag], "responses": responses}
-    if body:
-        op["requestBody"] = body
-    if params:
-        op["parameters"] = params
-    if not secured:
-        op["security"] = []
-    return op
-
-
-RUN_ID = _param("run_id")
-COMMON = (400, 401, 404, 503)
-
-
-def _paths() -> dict[str, dict[str, Any]]:
-    sse_or_json = {
-        "200": {
-            "description": "the run's events as SSE, or `run.completed` with `?wait=true`",
-            "content": {
-                SSE: {"schema": {"type": "string"}},
-                JSON: {"schema": _ref("RunCompleted")},
-            },
-        },
-        "202": _ok("with `?detach=true`: the run is on its way", "Detached"),
-    }
-    flags = [_param(f, "query", type="string", enum=["true", "false"]) for f in ("wait", "detach")]
-    return {
-        "/v1/runs": {
-            "post": _op(
-                "Start a run",
-                {**sse_or_json, **_errors(*COMMON, 409, 413)},
-                body=_body("StartRun"),
-                params=flags,
-            ),
-            "get": _op(
-                "List the caller's runs",
-                {"200": _ok("newest first", "RunListed"), **_errors(*COMMON)},
-                params=[
-                    _param("session_id", "query", type="string"),
-                    _param("limit", "query", type="integer", minimum=1, maximum=1000),
-                ],
-            ),
-        },
-        "/v1/runs/{run_id}": {
-            "get": _op(
-                "Read a run",
-                {"200": _ok("the run", "RunRecord"), **_errors(*COMMON)},
-                params=[RUN_ID],
-            )
-        },
-        "/v1/runs/{run_id}/events": {
-            "get": _op(
-                "Replay then follow a run's events",
-                {
-                    "200": _ok("SSE: `id` sequence, `event` type, `data` JSON", media=SSE),
-                    "204": {"description": "the run has ended and nothing is left"},
-                    **_errors(*COMMON),
-                },
-                params=[RUN_ID, _param("after", "query", type="integer", minimum=0)],
-            ),
-        },
-        "/v1/runs/{run_id}/cancel": {
-            "post": _op(
-                "Cancel a run",
-                {
-                    "200": _ok("it had ended", "RunRecord"),
-                    "202": _ok("on its way", "RunRecord"),
-                    **_errors(*COMMON),
-                },
-                params=[RUN_ID],
-            )
-        },
-        "/v1/runs/{run_id}/approvals/{call_id}": {
-            "post": _op(
-                "Approve or deny a waiting call",
-                {
-                    "200": _ok("the decision that stands", "ApprovalDecided"),
-                    **_errors(*COMMON, 409),
-                },
-                body=_body("Decision"),
-                params=[RUN_ID, _param("call_id")],
-            )
-        },
-        "/v1/runs/{run_id}/agui": {
-            "get": _op(
-                "A run's events as AG-UI",
-                {"200": _ok("AG-UI events as SSE", media=SSE), **_errors(*COMMON)},
-                params=[RUN_ID],
-                tag="ag-ui",
-            )
-        },
-        "/v1/agui/{agent}": {
-            "post": _op(
-                "Run an agent, AG-UI in and out",
-                {"200": _ok("AG-UI events as SSE", media=SSE), **_errors(*COMMON, 409, 413)},
-                body=_body(f"{AGUI_PREFIX}RunAgentInput"),
-                params=[_param("agent")],
-                tag="ag-ui",
-            )
-        },
-        "/v1/agents": {
-            "get": _op(
-                "The agents the caller may run",
-                {"200": _ok("by name", "AgentListed"), **_errors(401, 503)},
-                tag="resources",
-            )
-        },
-        "/v1/sessions": {
-            "get": _op(
-                "The caller's sessions",
-                {"200": _ok("newest first", "SessionListed"), **_errors(400, 401, 503)},
-                params=[_param("limit", "query", type="integer", minimum=1, maximum=1000)],
-                tag="resources",
-            )
-        },
-        "/v1/sessions/{session_id}": {
-            "get": _op(
-                "Read a session",
-                {"200": _ok("the record", "SessionRecord"), **_errors(*COMMON)},
-                params=[_param("session_id")],
-                tag="resources",
-            )
-        },
-        "/v1/sessions/{session_id}/messages": {
-            "get": _op(
-                "A session's transcript",
-                {"200": _ok("its history", "HistoryLoaded"), **_errors(*COMMON)},
-                params=[_param("session_id")],
-                tag="resources",
-            )
-        },
-        "/v1/memories": {
-            "get": _op(
-                "The caller's memories",
-                {"200": _ok("a page", "MemoryListed"), **_errors(*COMMON)},
-                params=[
-                    _param("session_id", "query", type="string"),
-                    _param("cursor", "query", type="string"),
-                    _param("limit", "query", type="integer", minimum=1, maximum=1000),
-                ],
-                tag="resources",
-            )
-        },
-        "/v1/memories/{memory_id}": {
-            "delete": _op(
-                "Forget a memory",
-                {"200": _ok("forgotten", "MemoryForgotten"), **_errors(*COMMON)},
-                params=[_param("memory_id")],
-                tag="resources",
-            )
-        },
-        "/v1/chat/completions": {
-            "post": _op(
-                "OpenAI Chat Completions (model = agent)",
-                {
-                    "200": {
-                        "description": "a completion, or chunks as SSE with `stream`",
-                        "content": {
-                            JSON: {"schema": _ref("ChatCompletion")},
-                            SSE: {"schema": {"type": "string"}},
-                        },
-                    },
-                    **_errors(*COMMON, 409, 413, openai=True),
-                },
-                body=_body("ChatCompletionRequest"),
-                tag="openai",
-            )
-        },
-        "/v1/models": {
-            "get": _op(
-                "OpenAI model list (the caller's agents)",
-                {"200": _ok("the agents", "ModelList"), **_errors(401, 503, openai=True)},
-                tag="openai",
-            )
-        },
-        "/v1/responses": {
-            "post": _op(
-                "OpenAI Responses (subset)",
-                {
-                    "200": {
-                        "description": "a response",
-                        "content": {JSON: {"schema": {"type": "object"}}},
-                    },
-                    **_errors(*COMMON, 409, 413, openai=True),
-                },
-                body=_body("ResponseRequest"),
-                tag="openai",
-            )
-        },
-        "/openapi.json": {
-            "get": _op(
-                "This document", {"200": _ok("OpenAPI 3.1", None, JSON)}, secured=False, tag="meta"
-            )
-        },
-        "/healthz": {
-            "get": _op("Liveness", {"200": _ok("alive", None, JSON)}, secured=False, tag="meta")
-        },
-        "/": {
-            "get": _op(
-                "The web console",
-                {"200": _ok("HTML", media="text/html")},
-                secured=False,
-                tag="console",
-            )
-        },
-        "/console/{asset}": {
-            "get": _op(
-                "A console asset",
-                {"200": _ok("the file", media="application/octet-stream"), **_errors(404)},
-                params=[_param("asset", type="string")],
-                secured=False,
-                tag="console",
-            )
-        },
-    }
-
-
 @cache
 def document() -> bytes:
     _, components = msgspec.json.schema_components(_TYPES, ref_template=REF)
@@ -329,7 +64,7 @@ def document() -> bytes:
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
         "security": [{"bearer": []}],
-        "paths": _paths(),
+        "paths": paths(),
     }
     return msgspec.json.encode(doc)
 

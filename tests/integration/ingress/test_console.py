@@ -1,0 +1,140 @@
+"""The web console in a real browser (Debian's headless Chromium driven by Playwright): sign in,
+start a run, approve its booking, watch the answer stream in, and be refused another user's run.
+Screenshots of each step are kept in the test's tmp dir (and in $RUNBUS_SCREENSHOTS if set)."""
+
+import asyncio
+import os
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import msgspec
+import pytest
+from playwright.async_api import Browser, Page, async_playwright, expect
+
+from runbus.embedded import EmbeddedNats
+from runbus.messages import ChatMessage, ModelRequest, ModelResponse, TextContent, Usage
+from runbus_gateway.agents import load_agents
+from runbus_model_router.backends import OnDelta
+from tests.integration.ingress.conftest import ingress
+from tests.models import call, turn_step
+from tests.stack import start_stack
+
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+class BookingModel:
+    """Books business class (over the approval limit), then answers in two deltas with a pause
+    between them, so the page can be seen half-way through the answer."""
+
+    name = "booking"
+
+    def __init__(self) -> None:
+        self.halfway = asyncio.Event()
+        self.finish = asyncio.Event()
+
+    async def complete(self, request: ModelRequest, on_delta: OnDelta) -> ModelResponse:
+        if turn_step(request) == 0:
+            message = call("create_booking", "c-book", flight_id="QF412-20261208", cabin="business")
+        else:
+            result = [r for m in request.messages for r in m.function_results][-1]
+            booking = result.result if isinstance(result.result, dict) else {}
+            first, rest = "Booked: ", f"confirmation {booking.get('confirmation')}."
+            await on_delta(first)
+            self.halfway.set()
+            await self.finish.wait()
+            await on_delta(rest)
+            message = ChatMessage(role="assistant", contents=[TextContent(text=first + rest)])
+        return ModelResponse(
+            message=message,
+            model="booking",
+            finish_reason="tool_calls" if message.function_calls else "stop",
+            usage=Usage(input_tokens=40, output_tokens=12),
+        )
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Browser]:
+    assert Path(CHROMIUM).exists(), "no /usr/bin/chromium: `make browser` installs it"
+    async with async_playwright() as playwright:
+        launched = await playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        yield launched
+        await launched.close()
+
+
+async def shot(page: Page, folder: Path, name: str) -> None:
+    path = folder / f"{name}.png"
+    await page.screenshot(path=str(path), full_page=True)
+    if keep := os.environ.get("RUNBUS_SCREENSHOTS"):
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, Path(keep) / path.name)
+
+
+async def sign_in(page: Page, base: str, token: str) -> None:
+    await page.goto(base)
+    await page.fill("#token", token)
+    await page.click("#signin-form button")
+    await expect(page.locator("#start-form")).to_be_visible()
+
+
+async def test_a_person_signs_in_runs_approves_watches_the_answer_and_is_refused_others_runs(
+    nats_server: EmbeddedNats, tmp_path: Path, browser: Browser
+) -> None:
+    model = BookingModel()
+    agents = {"travel": msgspec.structs.replace(load_agents()["travel"], model="booking")}
+    screenshots = tmp_path / "screenshots"
+    screenshots.mkdir()
+    async with (
+        start_stack(nats_server.url, data_dir=tmp_path, agents=agents, routes={"booking": model}),
+        ingress(nats_server.url) as (base, _),
+    ):
+        page = await browser.new_page(viewport={"width": 1200, "height": 800})
+        await sign_in(page, base, "dev-alice")
+        await page.fill("#start-form input[name=text]", "Book QF412 in business, please")
+        await page.click("#start-form button[type=submit]")
+
+        approve = page.get_by_role("button", name="Approve")
+        await expect(approve).to_be_visible()
+        await expect(page.locator("#run-status [data-status]")).to_have_text("waiting_approval")
+        await shot(page, screenshots, "1-approval")
+        run_id = page.url.rsplit("/", 1)[-1]
+        await approve.click()
+
+        await asyncio.wait_for(model.halfway.wait(), 20)
+        await expect(page.locator("#answer")).to_have_text("Booked: ")
+        await shot(page, screenshots, "2-streaming")
+        model.finish.set()
+        await expect(page.locator("#run-status [data-status]")).to_have_text("completed")
+        booking = page.locator("#tools .result")
+        await expect(booking).to_contain_text('"cabin": "business"')
+        confirmation = await booking.inner_text()
+        await expect(page.locator("#answer")).to_contain_text("Booked: confirmation RB-")
+        # Two model calls of 40 in and 12 out each.
+        await expect(page.locator("#usage")).to_have_text("80 tokens in · 24 tokens out")
+        await shot(page, screenshots, "3-completed")
+        await page.goto(f"{base}/#runs")
+        await expect(page.locator(f"#runs a[href='#run/{run_id}']")).to_be_visible()
+
+        await page.click("#signout")
+        await sign_in(page, base, "dev-bob")
+        await page.goto(f"{base}/#run/{run_id}")
+        refusal = page.get_by_role("alert")
+        await expect(refusal).to_contain_text("not_found")
+        await shot(page, screenshots, "4-refused")
+
+    assert '"approved_by"' in confirmation
+    assert sorted(p.name for p in screenshots.iterdir()) == [
+        "1-approval.png",
+        "2-streaming.png",
+        "3-completed.png",
+        "4-refused.png",
+    ]
