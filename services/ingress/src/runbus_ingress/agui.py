@@ -7,6 +7,7 @@ arrives as `STATE_SNAPSHOT` (`{"todos": [...]}`) at the start, after each todo t
 end; an approval the run waits for is a `CUSTOM` event named `runbus.approval_requested`.
 """
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import aclosing
@@ -14,12 +15,13 @@ from typing import Any, Final
 
 import msgspec
 import pydantic
+import structlog
 from ag_ui import core as ag
 from aiohttp import web
 
 from runbus import todos
 from runbus.client import RunbusClient, SequencedEvent
-from runbus.errors import BadRequest
+from runbus.errors import BadRequest, NotFound, RemoteError
 from runbus.messages import (
     ChatMessage,
     Content,
@@ -45,6 +47,8 @@ from .context import (
     ingress_of,
 )
 from .errors import error_response
+
+log = structlog.get_logger()
 
 APPROVAL_EVENT: Final = "runbus.approval_requested"
 TODO_TOOL_PREFIX: Final = "todos_"
@@ -180,24 +184,42 @@ async def _agui_stream(
         if first is not None and isinstance(first.event, RunFailed):
             return error_response(first.event.error, headers=headers)
         response = await sse.open_stream(request, headers)
-        snapshot: Any = None
-        async for item in _chain(first, paced):
-            if item is None:
-                await response.write(sse.KEEPALIVE)
-                continue
-            out = translator.translate(item.event)
-            if translator.todos_may_have_changed(item.event):
-                current = await _todos(client, translator.thread_id)
-                if current != snapshot:
-                    snapshot = current
-                    state = ag.StateSnapshotEvent(snapshot={"todos": current})
-                    # The list as it stands at the end belongs before the run's end.
-                    out.insert(
-                        len(out) - 1 if isinstance(item.event, RunCompleted) else len(out), state
-                    )
-            for event in out:
-                await response.write(sse.data_frame(event.model_dump_json(by_alias=True).encode()))
+        try:
+            await _send(response, client, translator, first, paced)
+        except ConnectionResetError:
+            log.info("agui_stream_closed", run_id=translator.run_id)
+        except asyncio.CancelledError:
+            log.info("agui_stream_closed", run_id=translator.run_id)
+            raise
+        except Exception:
+            # The status line is long gone: end the stream; the client can watch the run again.
+            log.exception("agui_stream_failed", run_id=translator.run_id)
         return response
+
+
+async def _send(
+    response: web.StreamResponse,
+    client: RunbusClient,
+    translator: Translator,
+    first: SequencedEvent | None,
+    paced: AsyncIterator[SequencedEvent | None],
+) -> None:
+    snapshot: Any = None
+    async for item in _chain(first, paced):
+        if item is None:
+            await response.write(sse.KEEPALIVE)
+            continue
+        out = translator.translate(item.event)
+        if translator.todos_may_have_changed(item.event):
+            current = await _todos(client, translator.thread_id)
+            if current != snapshot:
+                snapshot = current
+                state = ag.StateSnapshotEvent(snapshot={"todos": current})
+                # The list as it stands at the end belongs before the run's end.
+                at = len(out) - 1 if isinstance(item.event, RunCompleted) else len(out)
+                out.insert(at, state)
+        for event in out:
+            await response.write(sse.data_frame(event.model_dump_json(by_alias=True).encode()))
 
 
 async def _chain(
@@ -209,9 +231,14 @@ async def _chain(
 
 
 async def _todos(client: RunbusClient, session_id: str) -> list[dict[str, Any]]:
-    info = await client.call(
-        "sessions.get", SessionGet(session_id=session_id), SESSION_INFO_DECODER
-    )
+    try:
+        info = await client.call(
+            "sessions.get", SessionGet(session_id=session_id), SESSION_INFO_DECODER
+        )
+    except RemoteError as exc:
+        if exc.remote_code != NotFound.code:
+            raise
+        return []  # the run has not opened its session yet: it has no list
     try:
         state = todos.load(info.record.state.get(todos.STATE_KEY))
     except msgspec.ValidationError:

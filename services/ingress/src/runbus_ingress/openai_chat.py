@@ -7,6 +7,7 @@ turns in `messages` travel as quoted context in the first user message. The agen
 run server-side; the `runbus` extension field reports them.
 """
 
+import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -14,13 +15,15 @@ from contextlib import aclosing
 from typing import Final
 
 import msgspec
+import structlog
 from aiohttp import web
 
 from runbus.client import SequencedEvent
-from runbus.errors import BadRequest, Unavailable
+from runbus.errors import BadRequest, RunbusError, Unavailable
 from runbus.messages import (
     ChatMessage,
     Content,
+    ErrorInfo,
     RunApprovalRequested,
     RunCompleted,
     RunFailed,
@@ -42,6 +45,8 @@ from .context import (
     json_response,
 )
 from .errors import STATUS_BY_CODE, error_response, openai_error
+
+log = structlog.get_logger()
 
 SESSION_HEADER: Final = "Runbus-Session-Id"
 DONE: Final = b"data: [DONE]\n\n"
@@ -206,6 +211,35 @@ async def _stream(
     include_usage: bool,
 ) -> web.StreamResponse:
     response = await sse.open_stream(request, headers)
+    try:
+        await _send_chunks(response, completion, first, paced, include_usage)
+    except ConnectionResetError:
+        log.info("openai_stream_closed", run_id=completion.extension.run_id)
+        return response
+    except asyncio.CancelledError:
+        log.info("openai_stream_closed", run_id=completion.extension.run_id)
+        raise
+    except Exception as exc:
+        # The status line is long gone: OpenAI's way is an `error` object in the stream.
+        log.exception("openai_stream_failed", run_id=completion.extension.run_id)
+        info = (
+            exc.to_info()
+            if isinstance(exc, RunbusError)
+            else ErrorInfo(code="internal", message="internal error")
+        )
+        error = {"error": openai_error(info, STATUS_BY_CODE.get(info.code, 500))}
+        await response.write(sse.data_frame(msgspec.json.encode(error)))
+    await response.write(DONE)
+    return response
+
+
+async def _send_chunks(
+    response: web.StreamResponse,
+    completion: Completion,
+    first: SequencedEvent | None,
+    paced: AsyncIterator[SequencedEvent | None],
+    include_usage: bool,
+) -> None:
     await response.write(completion.chunk(oa.Delta(role="assistant", content="")))
     item = first
     while True:
@@ -232,5 +266,3 @@ async def _stream(
             item = await anext(paced)
         except StopAsyncIteration:
             break
-    await response.write(DONE)
-    return response
