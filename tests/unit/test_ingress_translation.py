@@ -10,6 +10,7 @@ from runbus.messages import (
     FunctionCallContent,
     FunctionResultContent,
     RunCompleted,
+    RunEvent,
     RunFailed,
     RunStarted,
     RunTextDelta,
@@ -59,7 +60,7 @@ def test_a_conversation_that_does_not_end_with_user_text_is_refused() -> None:
 def test_run_events_become_agui_events_with_text_messages_closed_before_tools() -> None:
     translator = Translator("t", "r")
     call = FunctionCallContent(call_id="c1", name="get_weather", arguments={"city": "Perth"})
-    events = [
+    events: list[RunEvent] = [
         RunStarted(run_id="r", session_id="s", agent="travel"),
         RunTextDelta(run_id="r", message_id="m0", delta="Let me "),
         RunTextDelta(run_id="r", message_id="m0", delta="check."),

@@ -55,10 +55,11 @@ async def test_an_agui_client_sees_the_run_start_call_a_tool_stream_text_and_fin
         events = await read_agui(response)
     async with http.get("/v1/runs/r-agui/agui", headers=ALICE) as response:
         watched = await read_agui(response)
+    final = None
     async for item in alice.follow("r-agui", timeout=10):
         final = item.event
     assert isinstance(final, RunCompleted)
-    kinds = [e.type for e in events]
+    kinds = [str(e.type.value) for e in events]
     started, finished = events[0], events[-1]
     call_id = next(e.tool_call_id for e in events if isinstance(e, ag.ToolCallStartEvent))
     args = "".join(e.delta for e in events if isinstance(e, ag.ToolCallArgsEvent))
@@ -68,8 +69,8 @@ async def test_an_agui_client_sees_the_run_start_call_a_tool_stream_text_and_fin
     assert isinstance(started, ag.RunStartedEvent)
     assert (started.thread_id, started.run_id) == ("ag-thread", "r-agui")
     assert isinstance(finished, ag.RunFinishedEvent)
-    assert finished.result["text"] == final.text
-    assert kinds[1] == ag.EventType.STATE_SNAPSHOT
+    assert finished.result == {"text": final.text, "usage": msgspec.to_builtins(final.usage)}
+    assert kinds[1] == "STATE_SNAPSHOT"
     assert [k for k in kinds if k.startswith("TOOL_CALL")] == [
         "TOOL_CALL_START",
         "TOOL_CALL_ARGS",
@@ -78,6 +79,7 @@ async def test_an_agui_client_sees_the_run_start_call_a_tool_stream_text_and_fin
     ]
     assert json.loads(args) == {"city": "Sydney"}
     assert result.tool_call_id == call_id
+    assert isinstance(result.content, str)
     assert json.loads(result.content)["city"] == "Sydney"
     assert said == final.text
     assert kinds.index("TEXT_MESSAGE_START") < kinds.index("TEXT_MESSAGE_END")

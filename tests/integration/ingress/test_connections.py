@@ -1,21 +1,13 @@
 """One bus connection per user: reused across that user's requests, never shared with another
 user, closed when idle, bounded (a full ingress refuses with a typed 503 instead of queueing)."""
 
-import asyncio
-from collections.abc import Callable
-
 from runbus.embedded import EmbeddedNats
 from runbus_ingress.connections import UserConnections
+from tests.helpers import eventually
 from tests.integration.ingress.conftest import ALICE, BOB, ingress
 from tests.stack import Stack
 
 CAROL = {"Authorization": "Bearer dev-carol"}
-
-
-async def _until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not condition():  # noqa: ASYNC110 - the pool has no event to wait on
-            await asyncio.sleep(0.02)
 
 
 async def test_each_user_gets_one_connection_of_their_own_reused_across_requests(
@@ -42,7 +34,7 @@ async def test_an_idle_connection_is_closed_and_reopened_on_the_next_request(
         async with http.get("/v1/agents", headers=ALICE) as response:
             first = response.status
         client = next(iter(connections._open.values())).client
-        await _until(lambda: len(connections) == 0)
+        await eventually(lambda: len(connections) == 0, what="the idle connection closed")
         async with http.get("/v1/agents", headers=ALICE) as response:
             second = response.status
 

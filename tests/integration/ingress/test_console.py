@@ -65,6 +65,8 @@ class BookingModel:
 @pytest.fixture
 async def browser() -> AsyncIterator[Browser]:
     assert Path(CHROMIUM).exists(), "no /usr/bin/chromium: `make browser` installs it"
+    # A loaded 2-core machine can take seconds to paint; the page's facts are still awaited.
+    expect.set_options(timeout=20_000)
     async with async_playwright() as playwright:
         launched = await playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         yield launched
@@ -86,6 +88,7 @@ async def sign_in(page: Page, base: str, token: str) -> None:
     await expect(page.locator("#start-form")).to_be_visible()
 
 
+@pytest.mark.browser
 async def test_a_person_signs_in_runs_approves_watches_the_answer_and_is_refused_others_runs(
     nats_server: EmbeddedNats, tmp_path: Path, browser: Browser
 ) -> None:

@@ -2,14 +2,30 @@
 usage, the tool activity extension, sessions, models, responses and OpenAI-shaped errors."""
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import openai
+import pydantic
 import pytest
 from openai import AsyncOpenAI
 
 from runbus.client import RunbusClient
-from runbus.messages import HistoryLoad
+from runbus.messages import HistoryLoad, RunCompleted
 from runbus.messages.history import HISTORY_LOADED_DECODER
+
+
+def runbus_of(model: pydantic.BaseModel) -> Any:
+    """The `runbus` extension field of an SDK object (None when absent)."""
+    return (model.model_extra or {}).get("runbus")
+
+
+async def completed(client: RunbusClient, run_id: str) -> RunCompleted:
+    """The run's final event, as the bus holds it."""
+    final = None
+    async for item in client.follow(run_id, timeout=10):
+        final = item.event
+    assert isinstance(final, RunCompleted)
+    return final
 
 
 @pytest.fixture
@@ -25,17 +41,16 @@ async def test_a_completion_answers_with_the_runs_text_usage_and_tool_activity(
     completion = await sdk.chat.completions.create(
         model="travel", messages=[{"role": "user", "content": "Weather in Sydney?"}]
     )
-    extension = completion.model_extra["runbus"]  # type: ignore[index]
+    extension = runbus_of(completion)
     run_id = completion.id.removeprefix("chatcmpl-")
-    async for item in alice.follow(run_id, timeout=10):
-        final = item.event
+    final = await completed(alice, run_id)
 
     assert extension["run_id"] == run_id
-    assert completion.choices[0].message.content == final.text  # type: ignore[union-attr]
+    assert completion.choices[0].message.content == final.text
     assert completion.choices[0].finish_reason == "stop"
     assert completion.usage is not None
-    assert completion.usage.prompt_tokens == final.usage.input_tokens  # type: ignore[union-attr]
-    assert completion.usage.completion_tokens == final.usage.output_tokens  # type: ignore[union-attr]
+    assert completion.usage.prompt_tokens == final.usage.input_tokens
+    assert completion.usage.completion_tokens == final.usage.output_tokens
     assert completion.usage.total_tokens == (
         completion.usage.prompt_tokens + completion.usage.completion_tokens
     )
@@ -53,21 +68,17 @@ async def test_a_streamed_completion_sends_the_text_as_deltas_then_usage(
         stream_options={"include_usage": True},
     )
     chunks = [chunk async for chunk in stream]
-    run_id = chunks[0].id.removeprefix("chatcmpl-")
-    async for item in alice.follow(run_id, timeout=10):
-        final = item.event
+    final = await completed(alice, chunks[0].id.removeprefix("chatcmpl-"))
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    tools = [
-        c.model_extra["runbus"]["tool_calls"][0] for c in chunks if c.model_extra.get("runbus")
-    ]  # type: ignore[union-attr]
+    tools = [runbus_of(c)["tool_calls"][0] for c in chunks if runbus_of(c)]
 
     assert chunks[0].choices[0].delta.role == "assistant"
-    assert text == final.text  # type: ignore[union-attr]
+    assert text == final.text
     assert len([c for c in chunks if c.choices and c.choices[0].delta.content]) >= 1
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
     assert chunks[-1].choices == []
     assert chunks[-1].usage is not None
-    assert chunks[-1].usage.total_tokens == final.usage.input_tokens + final.usage.output_tokens  # type: ignore[union-attr]
+    assert chunks[-1].usage.total_tokens == final.usage.input_tokens + final.usage.output_tokens
     assert [(t["name"], t["status"]) for t in tools] == [
         ("get_weather", "called"),
         ("get_weather", "done"),
@@ -94,7 +105,7 @@ async def test_the_user_field_names_the_session_that_keeps_the_conversation(
         "history.load", HistoryLoad(session_id="oa-chat"), HISTORY_LOADED_DECODER
     )
 
-    assert answer.model_extra["runbus"]["session_id"] == "oa-chat"  # type: ignore[index]
+    assert runbus_of(answer)["session_id"] == "oa-chat"
     # runbus kept the conversation: the turn the client replayed is not stored a second time.
     assert [m.text for m in loaded.messages if m.role == "user"] == [first, "And in Darwin?"]
 
@@ -113,7 +124,7 @@ async def test_a_response_continues_the_session_of_the_previous_one(sdk: AsyncOp
 
     assert first.output_text
     assert "Perth" in second.output_text
-    assert second.model_extra["runbus"]["session_id"] == first.model_extra["runbus"]["session_id"]  # type: ignore[index]
+    assert runbus_of(second)["session_id"] == runbus_of(first)["session_id"]
     assert first.usage is not None
     assert first.usage.total_tokens > 0
 

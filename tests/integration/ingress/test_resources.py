@@ -1,12 +1,12 @@
 """Sessions, transcripts, memories, agents and approvals over HTTP, each for its owner alone:
 another user's ids answer 404 exactly like ids that do not exist."""
 
-import asyncio
 from typing import Any
 
 import aiohttp
 
 from runbus.client import RunbusClient
+from tests.helpers import eventually
 from tests.integration.ingress.conftest import ALICE, BOB
 
 
@@ -18,13 +18,13 @@ async def _json(
 
 
 async def _memories(http: aiohttp.ClientSession) -> list[dict[str, Any]]:
-    """alice's memories once the memory service has written the one her run stated."""
-    async with asyncio.timeout(10):
-        while True:
-            _, listed = await _json(http, "GET", "/v1/memories", ALICE)
-            if listed["memories"]:
-                return list(listed["memories"])
-            await asyncio.sleep(0.05)  # writes are applied in the background; nothing to await
+    """alice's memories once the memory service has written the one her run stated (writes
+    are applied in the background: nothing announces them)."""
+
+    async def listed() -> list[dict[str, Any]]:
+        return list((await _json(http, "GET", "/v1/memories", ALICE))[1]["memories"])
+
+    return await eventually(listed, what="alice's memory written")
 
 
 async def test_sessions_transcripts_and_runs_are_the_owners_alone(
