@@ -78,6 +78,10 @@ bench-postgres: ## Install PostgreSQL's server binaries for the bench's anchor i
 	  || { [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get install -y -qq postgresql; } \
 	  || echo "PostgreSQL not installed: the bench skips the LangGraph + Postgres rows"
 
+.PHONY: phoenix
+phoenix: setup ## Arize Phoenix (optional group) as trace UI and OTLP/HTTP backend on :6006 for make run
+	PHOENIX_WORKING_DIR=$${RUNBUS_DATA_DIR:-.runbus}/phoenix $(UV_RUN) --group phoenix phoenix serve
+
 .PHONY: up
 up: ## Build the image and start the full stack with docker compose
 	$(COMPOSE) up -d --build

@@ -84,11 +84,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     http_port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 8080
     """HTTP ingress: port it listens on (0: any free port)."""
     jaeger_url: str = ""
-    """HTTP ingress console: base URL of a trace UI serving `/trace/<trace_id>` (Jaeger's UI,
-    or Phoenix's); each run's trace id links there. Empty: the id is shown without a link."""
-    phoenix: bool = False
-    """`runbus up`/`runbus http`: also start Arize Phoenix as the OTLP/HTTP trace backend and UI
-    (needs the `phoenix` extra)."""
+    """HTTP ingress console: base URL of Jaeger's UI; each run's trace id links to
+    `<url>/trace/<trace_id>`. Empty: the id is shown without a link."""
 
     @property
     def data_path(self) -> Path:
