@@ -279,6 +279,8 @@ def markdown(results: dict[str, Any]) -> str:
         "Every comparison below was measured in this one process run on this machine; p50 is "
         "the median of the repeated trials. Ratios sit next to the numbers they divide.",
         "",
+        "Sections measured: " + ", ".join(meta.get("completed_sections") or ["?"]) + ".",
+        "",
         "## Targets",
         "",
     ]

@@ -424,9 +424,13 @@ async def main(args: argparse.Namespace) -> None:
     starts: list[tuple[str, float]] = []
 
     def wanted(name: str) -> bool:
-        """Whether to run section `name`; if so, its start time is noted."""
+        """Whether to run section `name`; if so, its start time is noted and what the
+        sections before it measured is written (a run stopped part-way keeps its numbers)."""
         if args.only not in (None, name):
             return False
+        if starts and args.only is None:
+            results["meta"]["completed_sections"] = [n for n, _ in starts]
+            report.write(results, args.results_dir)
         starts.append((name, time.perf_counter()))
         return True
 
@@ -478,6 +482,7 @@ async def main(args: argparse.Namespace) -> None:
         name: round(end - start, 1) for (name, start), end in zip(starts, ends, strict=True)
     }
     results["meta"]["duration_s"] = round(time.perf_counter() - began, 1)
+    results["meta"]["completed_sections"] = [name for name, _ in starts]
     written = report.write(results, args.results_dir)
     print(f"\nwrote {', '.join(str(p) for p in written)}")
     for target in report.targets(results):

@@ -99,7 +99,8 @@ async def runbus_levels(url: str, levels: tuple[int, ...], tmp: Path) -> dict[st
                     try:
                         samples.append(await clients.one("slow"))
                     except Exception as exc:  # counted: failures are a result here
-                        failures.append(type(exc).__name__)
+                        code = getattr(exc, "remote_code", None) or type(exc).__name__
+                        failures.append(f"{code}: {str(exc)[:120]}")
 
             stack.reset_peaks()
             before, client_cpu = stack.cpu(), time.process_time()
@@ -113,7 +114,7 @@ async def runbus_levels(url: str, levels: tuple[int, ...], tmp: Path) -> dict[st
                 "runs": total,
                 "runs_per_s": len(samples) / elapsed,
                 "failures": len(failures),
-                "failure_kinds": sorted(set(failures)),
+                "failure_kinds": sorted(set(failures))[:5],
                 "p50_ms": statistics.median(ms),
                 "p99_ms": pct(ms, 0.99),
                 "cpu_ms_per_run": cpu * 1000 / total,
