@@ -41,7 +41,7 @@ from tests.helpers import eventually
 from tests.integration.model_provider import user
 from tests.stack import Stack, start_stack
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.real_model]  # a llama.cpp server
 
 HOP_TIMEOUT = 2.0
 """The stack's request timeout: every generation below that takes longer must still finish."""

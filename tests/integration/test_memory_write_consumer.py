@@ -28,6 +28,8 @@ ALICE: Final = RunContext(
     run_id="r-mem", session_id="s-mem", agent="travel", props={"tenant": "acme", "user_id": "alice"}
 )
 
+pytestmark = pytest.mark.slow  # a three-node cluster that loses its quorum
+
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[EmbeddedNatsCluster]:
