@@ -84,8 +84,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     http_port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 8080
     """HTTP ingress: port it listens on (0: any free port)."""
     jaeger_url: str = ""
-    """HTTP ingress console: base URL of Jaeger's UI; each run's trace id links to
-    `<url>/trace/<trace_id>`. Empty: the id is shown without a link."""
+    """HTTP ingress console: base URL of Jaeger's UI (each run's trace id links to
+    `<url>/trace/<trace_id>`), or a URL with `{trace_id}` in it for another trace UI. Empty: the
+    id is shown without a link."""
 
     @property
     def data_path(self) -> Path:

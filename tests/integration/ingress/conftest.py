@@ -19,11 +19,17 @@ BOB = {"Authorization": "Bearer dev-bob"}
 
 @asynccontextmanager
 async def ingress(
-    url: str, *, keepalive: float = 15.0, connections: UserConnections | None = None
+    url: str,
+    *,
+    keepalive: float = 15.0,
+    connections: UserConnections | None = None,
+    jaeger_url: str = "",
 ) -> AsyncIterator[tuple[str, aiohttp.ClientSession]]:
     """The ingress on a free port (each user on their own bus connection) and an HTTP client."""
     async with (
-        listening(url, "127.0.0.1", 0, keepalive=keepalive, connections=connections) as base,
+        listening(
+            url, "127.0.0.1", 0, keepalive=keepalive, connections=connections, jaeger_url=jaeger_url
+        ) as base,
         aiohttp.ClientSession(base, timeout=aiohttp.ClientTimeout(total=30)) as http,
     ):
         yield base, http

@@ -21,6 +21,7 @@ from tests.models import call, turn_step
 from tests.stack import start_stack
 
 CHROMIUM = "/usr/bin/chromium"
+JAEGER = "http://jaeger.invalid:16686"
 FLAGS = [
     "--headless",
     "--no-sandbox",
@@ -98,7 +99,7 @@ async def test_a_person_signs_in_runs_approves_watches_the_answer_and_is_refused
     screenshots.mkdir()
     async with (
         start_stack(nats_server.url, data_dir=tmp_path, agents=agents, routes={"booking": model}),
-        ingress(nats_server.url) as (base, _),
+        ingress(nats_server.url, jaeger_url=JAEGER) as (base, _),
     ):
         page = await browser.new_page(viewport={"width": 1200, "height": 800})
         await sign_in(page, base, "dev-alice")
@@ -110,6 +111,7 @@ async def test_a_person_signs_in_runs_approves_watches_the_answer_and_is_refused
         await expect(page.locator("#run-status [data-status]")).to_have_text("waiting_approval")
         await shot(page, screenshots, "1-approval")
         run_id = page.url.rsplit("/", 1)[-1]
+        trace_link = await page.locator("#trace").get_attribute("href")
         await approve.click()
 
         await asyncio.wait_for(model.halfway.wait(), 20)
@@ -135,6 +137,9 @@ async def test_a_person_signs_in_runs_approves_watches_the_answer_and_is_refused
         await shot(page, screenshots, "4-refused")
 
     assert '"approved_by"' in confirmation
+    assert trace_link is not None
+    assert trace_link.startswith(f"{JAEGER}/trace/")
+    assert len(trace_link.rsplit("/", 1)[-1]) == 32
     assert sorted(p.name for p in screenshots.iterdir()) == [
         "1-approval.png",
         "2-streaming.png",

@@ -54,7 +54,7 @@ def build_app(
         connections=UserConnections(url) if connections is None else connections,
         idle_timeout=idle_timeout,
         keepalive=keepalive,
-        jaeger_url=jaeger_url.rstrip("/"),
+        jaeger_url=jaeger_url if "{trace_id}" in jaeger_url else jaeger_url.rstrip("/"),
     )
     app = web.Application(client_max_size=max_body, middlewares=[typed_errors])
     app[INGRESS_KEY] = ingress

@@ -33,7 +33,8 @@ class Ingress:
     keepalive: float = 15.0
     """Seconds between SSE comments on an idle stream."""
     jaeger_url: str = ""
-    """Base URL of a trace UI that shows `/trace/<trace_id>` (the console links to it)."""
+    """Jaeger's base URL (`/trace/<trace_id>` is appended), or a URL with `{trace_id}` in it:
+    where the console links a run's trace id."""
 
     @asynccontextmanager
     async def client(self, request: web.Request) -> AsyncIterator[RunbusClient]:

@@ -91,13 +91,34 @@ async function startRun(event) {
   try {
     const started = await api("/v1/runs?detach=true", { method: "POST", body: JSON.stringify(body) });
     localStorage.setItem(`runbus.trace.${started.run_id}`, started.trace_id);
+    sessionStorage.setItem(`runbus.fresh.${started.run_id}`, String(Date.now()));
     location.hash = `#run/${started.run_id}`;
   } catch (error) { event.target.after(failure(error)); }
 }
 
+// A run just started here has no record until a gateway takes it from the queue: wait for it
+// (a minute at most) instead of calling it missing.
+async function runRecord(runId) {
+  const started = Number(sessionStorage.getItem(`runbus.fresh.${runId}`) || 0);
+  for (;;) {
+    try { return await api(`/v1/runs/${encodeURIComponent(runId)}`); } catch (error) {
+      const here = location.hash === `#run/${encodeURIComponent(runId)}` || location.hash === `#run/${runId}`;
+      if (error.status !== 404 || !here || Date.now() - started > 60000) throw error;
+      show(el("h1", {}, "Run ", el("span", { class: "mono" }, runId), " ", status("queued")));
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+  }
+}
+
+// Jaeger's UI shows `/trace/<id>`; another UI is given as a template with `{trace_id}`.
+function traceLink(traceId) {
+  const url = state.config.jaeger_url;
+  return url.includes("{trace_id}") ? url.replace("{trace_id}", traceId) : `${url}/trace/${traceId}`;
+}
+
 async function runPage(runId) {
   let record;
-  try { record = await api(`/v1/runs/${encodeURIComponent(runId)}`); } catch (error) {
+  try { record = await runRecord(runId); } catch (error) {
     show(el("h1", {}, "Run ", el("span", { class: "mono" }, runId)), failure(error));
     return;
   }
@@ -108,7 +129,7 @@ async function runPage(runId) {
   const badge = el("span", { id: "run-status" }, status(record.status));
   const traceId = localStorage.getItem(`runbus.trace.${runId}`);
   const trace = traceId
-    ? (state.config.jaeger_url ? el("a", { id: "trace", href: `${state.config.jaeger_url}/trace/${traceId}`, target: "_blank" }, traceId) : el("span", { id: "trace", class: "mono" }, traceId))
+    ? (state.config.jaeger_url ? el("a", { id: "trace", href: traceLink(traceId), target: "_blank" }, traceId) : el("span", { id: "trace", class: "mono" }, traceId))
     : el("span", { class: "muted" }, "not known here (the run was started elsewhere)");
   show(el("h1", {}, "Run ", el("span", { class: "mono" }, runId), " ", badge),
     el("p", { class: "muted" }, `agent ${record.agent} · session `, el("a", { href: `#session/${record.session_id}` }, record.session_id), " · trace ", trace),
@@ -207,7 +228,7 @@ async function memoriesPage() {
 }
 
 function signOut() {
-  state.token = ""; localStorage.removeItem("runbus.token"); route();
+  state.token = ""; localStorage.removeItem("runbus.token"); sessionStorage.clear(); route();
 }
 
 async function route() {
