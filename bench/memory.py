@@ -28,9 +28,9 @@ from runbus_memory.core import MemoryRecord, StorageScope, memory_id
 from runbus_memory.edge import EdgeStore
 from runbus_memory.embedder import Embedder, HashingEmbedder
 from runbus_memory.minilm import MiniLMEmbedder
+from runbus_memory.qdrant import QdrantClientStore
 from runbus_memory.service import MemoryService
 from runbus_memory.stores import MemoryStore as Store
-from runbus_memory.stores import QdrantClientStore
 
 DIMENSION = 384
 SIZES = (1_000, 10_000, 100_000)

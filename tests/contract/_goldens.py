@@ -36,6 +36,7 @@ from runbus.messages.model import (
     MODEL_USAGE_QUERY_DECODER,
     MODEL_USAGE_REPORT_DECODER,
 )
+from runbus.messages.progress import SERVICE_PROGRESS_DECODER
 from runbus.messages.runs import (
     AGENT_LIST_DECODER,
     AGENT_LISTED_DECODER,
@@ -122,6 +123,7 @@ DECODERS: Final[dict[str, msgspec.json.Decoder[Any]]] = {
     "memory.listed": MEMORY_LISTED_DECODER,
     "memory.forget": MEMORY_FORGET_DECODER,
     "memory.forgotten": MEMORY_FORGOTTEN_DECODER,
+    "service.progress": SERVICE_PROGRESS_DECODER,
     "memory.stats": MEMORY_STATS_DECODER,
     "memory.statistics": MEMORY_STATISTICS_DECODER,
     "compaction.compact": COMPACT_REQUEST_DECODER,

@@ -15,7 +15,8 @@ from runbus_memory.core import MemoryRecord, StorageScope, memory_id
 from runbus_memory.edge import EdgeStore
 from runbus_memory.embedder import HashingEmbedder
 from runbus_memory.errors import EmbedderMismatch, VectorSizeMismatch
-from runbus_memory.stores import COLLECTION, MemoryStore, QdrantClientStore
+from runbus_memory.qdrant import QdrantClientStore
+from runbus_memory.stores import COLLECTION, MemoryStore
 
 EMBEDDER = HashingEmbedder()
 DIMENSION = EMBEDDER.dimension

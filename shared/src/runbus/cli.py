@@ -5,6 +5,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+import nats.errors
 import uvloop
 
 from . import __version__
@@ -37,6 +38,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = uvloop.run(args.handler(settings, args))
     except (RunbusError, StackError) as exc:
-        print(f"runbus: {exc}", file=sys.stderr)
-        return 1
+        return _say(f"{exc}", 1)
+    except KeyboardInterrupt:
+        return _say("interrupted", 130)
+    except nats.errors.Error as exc:
+        # The connection went away under a command (NATS stopped, the stack went down).
+        return _say(
+            f"lost the connection to NATS ({_reason(exc)}); check the stack with "
+            "`runbus status`, or start it with `runbus up`",
+            1,
+        )
+    except OSError as exc:
+        return _say(_reason(exc), 1)
+    return code
+
+
+def _reason(exc: BaseException) -> str:
+    return str(exc).strip() or type(exc).__name__
+
+
+def _say(text: str, code: int) -> int:
+    """One line on stderr, never a traceback, for a condition a user can meet."""
+    print(f"runbus: {text}", file=sys.stderr, flush=True)
     return code

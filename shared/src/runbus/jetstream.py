@@ -4,14 +4,38 @@ the wanted config (idempotent across replicas starting at once), list keys by pa
 import asyncio
 from dataclasses import replace
 
+import nats.errors
 from nats.aio.client import Client as NATS
 from nats.js.api import StreamConfig
-from nats.js.errors import BadRequestError, BucketNotFoundError
+from nats.js.errors import BadRequestError, BucketNotFoundError, ServiceUnavailableError
 from nats.js.kv import KeyValue
+
+from .progress import retrying
+
+
+def jetstream_down(exc: Exception) -> str | None:
+    """Why JetStream could not be used, if it is a wait-and-retry failure (it is not enabled
+    yet, a leader election, a server that is slow to answer); None for any other failure."""
+    match exc:
+        case nats.errors.TimeoutError() | nats.errors.NoRespondersError():
+            return f"JetStream did not answer ({type(exc).__name__}) on RUNBUS_NATS_URL's server"
+        case ServiceUnavailableError():
+            return f"JetStream is unavailable on RUNBUS_NATS_URL's server ({exc})"
+        case _:
+            return None
 
 
 async def ensure_stream(nc: NATS, config: StreamConfig) -> None:
-    """Create the stream, or bring an existing one to `config`."""
+    """Create the stream, or bring an existing one to `config`; while JetStream does not
+    answer, say so (start-up progress) and try again."""
+    await retrying(
+        f"waiting for JetStream (stream {config.name})",
+        lambda: _ensure_stream(nc, config),
+        down=jetstream_down,
+    )
+
+
+async def _ensure_stream(nc: NATS, config: StreamConfig) -> None:
     js = nc.jetstream()
     try:
         await js.add_stream(config)
@@ -26,7 +50,18 @@ async def open_bucket(
 
     Replicas are raised, never lowered: a deployment that moves to a cluster and sets
     `RUNBUS_STREAM_REPLICAS=3` must not keep single-replica buckets from its first start.
+    While JetStream does not answer, it says so (start-up progress) and tries again.
     """
+    return await retrying(
+        f"waiting for JetStream (bucket {bucket})",
+        lambda: _open_bucket(nc, bucket, replicas=replicas, ttl=ttl, history=history),
+        down=jetstream_down,
+    )
+
+
+async def _open_bucket(
+    nc: NATS, bucket: str, *, replicas: int, ttl: float | None, history: int
+) -> KeyValue:
     js = nc.jetstream()
     try:
         kv = await js.key_value(bucket)

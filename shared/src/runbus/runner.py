@@ -3,19 +3,23 @@ service → wait for SIGTERM → drain."""
 
 import asyncio
 import contextlib
+import gc
 import signal
 import sys
 from pathlib import Path
 from typing import Protocol
+from urllib.parse import urlsplit, urlunsplit
 
 import nats
+import nats.errors
 import structlog
 import uvloop
 from nats.aio.client import Client as NATS
 from opentelemetry.sdk.trace import TracerProvider
 
-from .errors import Unavailable
+from .errors import RunbusError, Unavailable
 from .logs import configure_logging
+from .progress import Progress, current, install
 from .service import Service
 from .settings import Settings, SettingsError, load_settings
 from .telemetry import setup_tracing
@@ -43,6 +47,24 @@ def resolve_nats_url(settings: Settings) -> str:
     if recorded.exists():
         return recorded.read_text().strip()
     return DEFAULT_NATS_URL
+
+
+def redact_url(url: str) -> str:
+    """`url` (one or a comma-separated list) with any password or token replaced by `***`:
+    what a command may print."""
+    redacted = []
+    for part in url.split(","):
+        parsed = urlsplit(part.strip())
+        if parsed.username is None and parsed.password is None:
+            redacted.append(part.strip())
+            continue
+        host = parsed.hostname or ""
+        if parsed.port is not None:
+            host = f"{host}:{parsed.port}"
+        # A lone `user` in a NATS URL is a token: hide it as well.
+        who = f"{parsed.username}:***" if parsed.password is not None else "***"
+        redacted.append(urlunsplit(parsed._replace(netloc=f"{who}@{host}")))
+    return ",".join(redacted)
 
 
 async def connect(url: str, name: str, *, patience: float | None = None) -> NATS:
@@ -84,7 +106,7 @@ async def connect(url: str, name: str, *, patience: float | None = None) -> NATS
         nc = await asyncio.wait_for(connecting, timeout=patience)
     except TimeoutError:
         raise Unavailable(
-            f"no NATS server answered at {url} within {patience:g} s "
+            f"no NATS server answered at {redact_url(url)} within {patience:g} s "
             "(start one with `runbus up`, or set RUNBUS_NATS_URL)"
         ) from None
     return nc
@@ -93,15 +115,29 @@ async def connect(url: str, name: str, *, patience: float | None = None) -> NATS
 async def serve(factory: ServiceFactory, settings: Settings) -> None:
     log = structlog.get_logger().bind(service=factory.name)
     provider = setup_tracing(factory.name)
+    progress = Progress(factory.name)
+    install(progress)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
+        progress.report("connecting to NATS")
         nc = await connect(resolve_nats_url(settings), f"runbus-{factory.name}")
+        progress.attach(nc)
+        progress.report("starting")
         service = factory.from_settings(nc, settings, provider)
-        await service.start()
+        # A stop asked for while a dependency is still down ends the start, not waits on it.
+        if not await _started(service, stop):
+            log.info("service_start_abandoned", step=progress.step)
+            await _close_quietly(nc)
+            return
+        progress.ready()
+        # Everything made so far lives as long as the process: the collector need not walk
+        # it again on every full collection.
+        gc.freeze()
         await stop.wait()
+        progress.stopping()
         log.info("service_stopping")
         # The stop is bounded: a second signal or STOP_TIMEOUT cuts it short, so an
         # orchestrator's SIGTERM ends the process even while NATS is unreachable.
@@ -120,6 +156,28 @@ async def serve(factory: ServiceFactory, settings: Settings) -> None:
             log.error("service_stop_failed", error=repr(stopping.exception()))
     finally:
         provider.shutdown()
+
+
+async def _started(service: Service, stop: asyncio.Event) -> bool:
+    """Start `service`; False if `stop` was set first (the start is cancelled)."""
+    starting = asyncio.ensure_future(service.start())
+    stopped = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({starting, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    stopped.cancel()
+    if starting.done():
+        starting.result()  # a failed start raises here
+        return True
+    starting.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await starting
+    with contextlib.suppress(Exception):
+        await service.stop()
+    return False
+
+
+async def _close_quietly(nc: NATS) -> None:
+    with contextlib.suppress(RuntimeError, OSError, nats.errors.Error):
+        await nc.close()
 
 
 async def _shut_down(service: Service, nc: NATS) -> None:
@@ -143,4 +201,16 @@ def run_service(factory: ServiceFactory) -> None:
         raise SystemExit(2) from None
     json_logs = {"auto": None, "json": True, "console": False}[settings.log_format]
     configure_logging(settings.log_level, json=json_logs)
-    uvloop.run(serve(factory, settings))
+    try:
+        uvloop.run(serve(factory, settings))
+    except Exception as exc:
+        # One line a supervisor can show, naming what failed and the step it failed in.
+        structlog.get_logger().error(
+            "service_start_failed",
+            service=factory.name,
+            step=current().step,
+            error=str(exc) or type(exc).__name__,
+            error_type=type(exc).__name__,
+            exc_info=not isinstance(exc, RunbusError),
+        )
+        raise SystemExit(1) from None

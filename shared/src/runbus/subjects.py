@@ -73,6 +73,15 @@ HISTORY_STREAM: Final = "RUNBUS_HISTORY"
 HISTORY_LOG_ALL: Final = f"{PREFIX}.hist.>"
 SESSIONS_BUCKET: Final = "RUNBUS_SESSIONS"
 
+# Start-up progress of every service process (`runbus up`, `runbus status` listen).
+PROGRESS_ALL: Final = f"{PREFIX}.progress.>"
+
+
+def progress(service: str) -> str:
+    """Subject a process of `service` reports its start-up progress on."""
+    return f"{PREFIX}.progress.{service}"
+
+
 # The client API: authenticated requests the gateway checks and forwards to `runbus.<op>`.
 API_ALL: Final = f"{PREFIX}.api.>"
 API_TEMPLATE: Final = f"{PREFIX}.api.{{op}}"

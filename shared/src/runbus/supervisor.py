@@ -1,29 +1,108 @@
 """`runbus up`: an embedded NATS (unless RUNBUS_NATS_URL is set) and the six services as
-separate processes, their logs multiplexed, all drained on Ctrl-C or SIGTERM."""
+separate processes, their logs multiplexed into JSON files, started by progress (slow is fine,
+stuck is not), all stopped on a failed start, Ctrl-C or SIGTERM."""
 
 import asyncio
 import contextlib
 import os
 import socket
 import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, TextIO
+from typing import Any, Final, TextIO
 
+import msgspec
 import nats
 import nats.errors
+import structlog
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
+from . import subjects
 from .embedded import EmbeddedNats
-from .runner import URL_FILE
+from .logs import read_lines
+from .messages.progress import SERVICE_PROGRESS_DECODER, ServiceProgress
+from .runner import URL_FILE, redact_url
 from .settings import Settings
 
 SERVICES: Final = ("history", "memory", "compaction", "model_router", "tool_executor", "gateway")
 DEFAULT_PORT: Final = 4222
+STALL_AFTER: Final = 60.0
+"""Seconds a starting process may show no progress (no new step, no retry, no log line, and
+before its first report no CPU time used) before it counts as stuck."""
+MAX_LINE: Final = 1 << 20
+"""Bytes of one output line kept in a log file; services cut their own fields far below."""
+ECHO_LINE: Final = 4096
+"""Bytes of one line echoed to the terminal."""
+PING_EVERY: Final = 0.5
+"""Seconds between `$SRV.PING` checks, for services whose progress reports cannot reach us."""
+
+ProgressCallback = Callable[[str, ServiceProgress], None]
 
 
 class StackError(RuntimeError):
-    """A service process died or did not answer its discovery ping in time."""
+    """The stack could not start: a service exited, stalled, or was not ready in time."""
+
+
+class ServiceExited(StackError):
+    def __init__(self, label: str, code: int, step: str, error: str, log: Path) -> None:
+        said = f": {error}" if error else ""
+        super().__init__(
+            f"{label} exited with code {code} while {step!r}{said}; see {log} "
+            "(everything started was stopped)"
+        )
+        self.label = label
+        self.code = code
+        self.step = step
+
+
+class ServiceStalled(StackError):
+    def __init__(self, label: str, step: str, reason: str, silent: float, log: Path) -> None:
+        why = f" ({reason})" if reason else ""
+        super().__init__(
+            f"{label} stalled: no progress for {silent:.0f} s at step {step!r}{why}; see {log} "
+            "(everything started was stopped)"
+        )
+        self.label = label
+        self.step = step
+
+
+class StartTimedOut(StackError):
+    def __init__(self, timeout: float, waiting: list[str]) -> None:
+        super().__init__(
+            f"not ready after {timeout:g} s (--timeout): {'; '.join(waiting)} "
+            "(everything started was stopped)"
+        )
+        self.waiting = waiting
+
+
+@dataclass
+class Replica:
+    """One service process and how far its start has got."""
+
+    label: str
+    process: asyncio.subprocess.Process
+    log: Path
+    state: str = "launching"
+    step: str = "launching"
+    reason: str = ""
+    attempt: int = 0
+    reported: bool = False
+    last_progress: float = field(default_factory=time.monotonic)
+    cpu: int | None = None
+    error: str = ""
+    """The `service_start_failed` error it logged, if it did."""
+
+    @property
+    def service(self) -> str:
+        return self.label.split("#")[0]
+
+    def describe(self) -> str:
+        if self.state == "waiting":
+            return f"{self.label} (waiting: {self.reason}, try {self.attempt})"
+        return f"{self.label} (at {self.step!r})"
 
 
 def _port_free(port: int) -> bool:
@@ -33,6 +112,16 @@ def _port_free(port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+def _cpu_ticks(pid: int) -> int | None:
+    """User + system CPU ticks of `pid` (Linux), to see an importing process is working."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()
+    return int(fields[11]) + int(fields[12])
 
 
 async def _responders(nc: NATS, subject: str, enough: int, wait: float = 0.2) -> int:
@@ -68,6 +157,7 @@ class ProcessStack:
         echo: TextIO | None = None,
         nats_port: int | None = None,
         replica_env: dict[str, dict[str, str]] | None = None,
+        on_progress: ProgressCallback | None = None,
     ) -> None:
         self.settings = settings
         self.services = services
@@ -79,30 +169,75 @@ class ProcessStack:
         self.url = settings.nats_url or ""
         self.replica_env = replica_env or {}
         """Extra environment of one replica by label (`memory#2`), e.g. its own data dir."""
+        self.on_progress = on_progress
+        """Called with (label, report) whenever a starting process reports a new step."""
         self._nats: EmbeddedNats | None = None
+        self._nc: NATS | None = None
         self._env: dict[str, str] = {}
         self._processes: list[tuple[str, asyncio.subprocess.Process]] = []
+        self._replicas: dict[str, Replica] = {}
         self._pumps: list[asyncio.Task[None]] = []
+        self._changed = asyncio.Event()
+        self._pretty = echo is not None and echo.isatty()
 
-    async def start(self, timeout: float = 30.0) -> str:
-        (self.data / "logs").mkdir(parents=True, exist_ok=True)
-        if not self.url:
-            self._nats = EmbeddedNats(
-                self.data / "jetstream",
-                port=self._port(),
-                log_file=self.data / "logs" / "nats.log",
-            )
-            self.url = self._nats.start()
-            (self.data / URL_FILE).write_text(self.url)
-        env = {**os.environ, "RUNBUS_NATS_URL": self.url, "RUNBUS_DATA_DIR": str(self.data)}
-        if self.echo is not None and self.echo.isatty():
-            env.setdefault("RUNBUS_LOG_FORMAT", "console")
-        self._env = env
-        for service in self.services:
-            for replica in range(self.replicas.get(service, 1)):
-                await self._spawn(service if replica == 0 else f"{service}#{replica + 1}")
-        await self._wait_ready(timeout, dict.fromkeys(self.services, 1))
+    async def start(self, timeout: float | None = None, stall_after: float = STALL_AFTER) -> str:
+        """Start NATS (unless one is configured) and every replica; return once all are ready.
+
+        Waits as long as they make progress; raises `StackError` when one exits, shows no
+        progress for `stall_after` seconds, or (with `timeout`) is not ready by then. Whatever
+        it started is stopped before it raises, also when it is cancelled.
+        """
+        try:
+            (self.data / "logs").mkdir(parents=True, exist_ok=True)
+            if not self.url:
+                self._nats = EmbeddedNats(
+                    self.data / "jetstream",
+                    port=self._port(),
+                    log_file=self.data / "logs" / "nats.log",
+                )
+                self.url = self._nats.start()
+                (self.data / URL_FILE).write_text(self.url)
+            await self._listen()
+            # Files are JSON lines whatever the terminal: `runbus logs` reads them.
+            self._env = {
+                **os.environ,
+                "RUNBUS_NATS_URL": self.url,
+                "RUNBUS_DATA_DIR": str(self.data),
+                "RUNBUS_LOG_FORMAT": "json",
+            }
+            labels = []
+            for service in self.services:
+                for replica in range(self.replicas.get(service, 1)):
+                    label = service if replica == 0 else f"{service}#{replica + 1}"
+                    await self._spawn(label)
+                    labels.append(label)
+            await self._wait_ready(labels, timeout, stall_after)
+        except BaseException:
+            await self.stop()
+            raise
         return self.url
+
+    async def _listen(self) -> None:
+        self._nc = await nats.connect(self.url, name="runbus-supervisor")
+        await self._nc.subscribe(subjects.PROGRESS_ALL, cb=self._on_report)
+
+    async def _on_report(self, msg: Msg) -> None:
+        try:
+            report = SERVICE_PROGRESS_DECODER.decode(msg.data)
+        except msgspec.DecodeError:
+            return
+        pid = report.instance.rpartition(":")[2]
+        for replica in self._replicas.values():
+            if str(replica.process.pid) != pid or replica.service != report.service:
+                continue
+            key = (report.state, report.step, report.reason, report.attempt)
+            if key != (replica.state, replica.step, replica.reason, replica.attempt):
+                replica.state, replica.step, replica.reason, replica.attempt = key
+                replica.last_progress = time.monotonic()
+                if self.on_progress is not None:
+                    self.on_progress(replica.label, report)
+            replica.reported = True
+            self._changed.set()
 
     async def _spawn(self, label: str) -> None:
         service = label.split("#")[0]
@@ -114,8 +249,10 @@ class ProcessStack:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
         )
+        replica = Replica(label, process, self.data / "logs" / f"{label.replace('#', '-')}.log")
+        self._replicas[label] = replica
         self._processes.append((label, process))
-        self._pumps.append(asyncio.create_task(self._pump(label, process)))
+        self._pumps.append(asyncio.create_task(self._pump(replica)))
 
     @property
     def labels(self) -> list[str]:
@@ -129,54 +266,125 @@ class ProcessStack:
         process.kill()
         await process.wait()
 
-    async def restart(self, label: str, timeout: float = 30.0) -> None:
+    async def restart(
+        self, label: str, timeout: float | None = None, stall_after: float = STALL_AFTER
+    ) -> None:
         """Start a replica that `kill` stopped again, as a supervisor would, and wait until
-        every replica of its service answers discovery."""
+        it is ready."""
         await self._spawn(label)
-        service = label.split("#")[0]
-        await self._wait_ready(timeout, {service: self.replicas.get(service, 1)})
+        await self._wait_ready([label], timeout, stall_after)
 
     def _port(self) -> int:
         if self.nats_port is not None:
             return self.nats_port
         return DEFAULT_PORT if _port_free(DEFAULT_PORT) else 0
 
-    async def _pump(self, label: str, process: asyncio.subprocess.Process) -> None:
-        assert process.stdout is not None
-        with open(self.data / "logs" / f"{label.replace('#', '-')}.log", "ab") as log:
-            async for line in process.stdout:
-                log.write(line)
-                log.flush()
-                if self.echo is not None:
-                    self.echo.write(f"{label:>15} | {line.decode(errors='replace')}")
-                    self.echo.flush()
-
-    async def _wait_ready(self, timeout: float, replicas: dict[str, int]) -> None:
-        """Each service answers `$SRV.PING.<name>` (nats.micro discovery) from as many
-        replicas as `replicas` asks."""
-        nc = await nats.connect(self.url)
-        try:
-            waiting = set(replicas)
-            deadline = asyncio.get_running_loop().time() + timeout
-            while waiting:
-                for label, process in self._processes:
-                    if process.returncode is not None:
-                        raise StackError(
-                            f"{label} exited with code {process.returncode}; see "
-                            f"{self.data / 'logs' / label}.log"
-                        )
-                for service in list(waiting):
-                    enough = replicas[service]
-                    if await _responders(nc, f"$SRV.PING.{service}", enough) >= enough:
-                        waiting.discard(service)
-                if asyncio.get_running_loop().time() > deadline:
-                    raise StackError(
-                        f"not ready after {timeout:.0f}s: {', '.join(sorted(waiting))}"
+    async def _pump(self, replica: Replica) -> None:
+        """Copy a child's output to its log file (JSON lines) and the echo, for as long as the
+        child writes: a reader that stopped would block the child on a full pipe."""
+        assert replica.process.stdout is not None
+        with open(replica.log, "ab") as log:
+            async for line, cut in read_lines(replica.process.stdout, MAX_LINE):
+                replica.last_progress = time.monotonic()
+                try:
+                    fields = self._write(log, replica, line, cut)
+                    self._echo(replica.label, line, fields)
+                except Exception as exc:  # a full disk or a closed terminal
+                    structlog.get_logger().warning(
+                        "log_line_lost", service=replica.label, error=repr(exc)
                     )
-                if waiting:
-                    await asyncio.sleep(0.05)
-        finally:
-            await nc.close()
+
+    def _write(self, log: Any, replica: Replica, line: bytes, cut: int) -> dict[str, Any] | None:
+        fields: dict[str, Any] | None = None
+        if line.startswith(b"{") and not cut:
+            with contextlib.suppress(msgspec.DecodeError):
+                decoded = msgspec.json.decode(line)
+                fields = decoded if isinstance(decoded, dict) else None
+        if fields is None:
+            # Not a structured line (a crash's traceback, a library's print): wrapped, so
+            # the file stays JSON lines.
+            fields = {
+                "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "level": "info",
+                "event": "output",
+                "service": replica.label,
+                "text": line.decode(errors="replace"),
+            }
+            if cut:
+                fields["truncated_bytes"] = cut
+            log.write(msgspec.json.encode(fields) + b"\n")
+        else:
+            log.write(line + b"\n")
+            if fields.get("event") == "service_start_failed":
+                replica.error = str(fields.get("error", ""))
+        log.flush()
+        return fields
+
+    def _echo(self, label: str, line: bytes, fields: dict[str, Any] | None) -> None:
+        if self.echo is None:
+            return
+        if self._pretty and fields is not None:
+            text = structlog.dev.ConsoleRenderer()(None, "", dict(fields))
+        else:
+            text = line[:ECHO_LINE].decode(errors="replace")
+        self.echo.write(f"{label:>15} | {text}\n")
+        self.echo.flush()
+
+    async def _wait_ready(
+        self, labels: list[str], timeout: float | None, stall_after: float
+    ) -> None:
+        """Until every replica in `labels` reported ready (or its service answers
+        `$SRV.PING` from all its replicas)."""
+        assert self._nc is not None
+        began = time.monotonic()
+        next_ping = began + PING_EVERY
+        waiting = [self._replicas[label] for label in labels]
+        while True:
+            now = time.monotonic()
+            for replica in waiting:
+                code = replica.process.returncode
+                if code is not None:
+                    raise ServiceExited(
+                        replica.label, code, replica.step, replica.error, replica.log
+                    )
+            if now >= next_ping:
+                next_ping = now + PING_EVERY
+                await self._ping(waiting)
+            waiting = [replica for replica in waiting if replica.state != "ready"]
+            if not waiting:
+                return
+            for replica in waiting:
+                if not replica.reported:
+                    ticks = _cpu_ticks(replica.process.pid)
+                    if ticks is not None and ticks != replica.cpu:
+                        replica.cpu = ticks
+                        replica.last_progress = now
+                if now - replica.last_progress > stall_after:
+                    raise ServiceStalled(
+                        replica.label,
+                        replica.step,
+                        replica.reason,
+                        now - replica.last_progress,
+                        replica.log,
+                    )
+            if timeout is not None and now - began > timeout:
+                raise StartTimedOut(timeout, [replica.describe() for replica in waiting])
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), 0.1)
+
+    async def _ping(self, waiting: list[Replica]) -> None:
+        assert self._nc is not None
+        for service in {replica.service for replica in waiting}:
+            everyone = [r for r in self._replicas.values() if r.service == service]
+            live = [r for r in everyone if r.process.returncode is None]
+            if await _responders(self._nc, f"$SRV.PING.{service}", len(live)) >= len(live):
+                for replica in live:
+                    replica.state = "ready"
+
+    def status(self) -> dict[str, str]:
+        """Each replica's state and step, for a person (`memory: waiting: …`)."""
+        return {label: replica.describe() for label, replica in self._replicas.items()}
 
     async def stop(self, timeout: float = 15.0) -> None:
         """SIGTERM every service (each drains), then stop the embedded NATS."""
@@ -192,8 +400,18 @@ class ProcessStack:
         for pump in self._pumps:
             with contextlib.suppress(Exception):
                 await pump
+        self._pumps.clear()
         self._processes.clear()
+        if self._nc is not None:
+            with contextlib.suppress(Exception):
+                await self._nc.close()
+            self._nc = None
         if self._nats is not None:
             self._nats.stop()
             (self.data / URL_FILE).unlink(missing_ok=True)
             self._nats = None
+
+    @property
+    def display_url(self) -> str:
+        """The NATS URL without any password in it, for printing."""
+        return redact_url(self.url)

@@ -1,13 +1,24 @@
-"""The embedder interface, the lexical hashing embedder (tests, no model), and the choice of
-embedder from settings. The semantic default lives in `minilm.py`, the HTTP one in `remote.py`."""
+"""The embedder interface, the lexical hashing embedder (tests, no model), the lazy wrapper
+that loads a model at its first use, and the choice of embedder from settings. The semantic
+default lives in `minilm.py`, the HTTP one in `remote.py`."""
 
+import asyncio
 import hashlib
 import itertools
 import math
 import re
-from typing import Protocol
+import time
+from collections.abc import Awaitable, Callable
+from typing import Final, Protocol
 
+import structlog
+
+from runbus.progress import retrying
 from runbus.settings import Settings
+
+from .errors import EmbedderUnavailable, VectorSizeMismatch
+
+log = structlog.get_logger()
 
 _WORD = re.compile(r"[a-z0-9]+")
 
@@ -57,22 +68,87 @@ class HashingEmbedder:
         return [v / norm for v in vector] if norm else vector
 
 
+MINILM_NAME: Final = "all-MiniLM-L6-v2-int8"
+MINILM_DIMENSION: Final = 384
+
+
+class LazyEmbedder:
+    """An embedder whose model loads at its first use, in the background of that request:
+    a memory service no agent uses never pays for it (MiniLM and onnxruntime are ~250 MiB).
+    Its name and vector size are known up front, so the store opens without it."""
+
+    def __init__(self, name: str, dimension: int, load: Callable[[], Awaitable[Embedder]]) -> None:
+        self.name = name
+        self.dimension = dimension
+        self._load = load
+        self._loaded: Embedder | None = None
+        self._lock = asyncio.Lock()
+
+    @property
+    def loaded(self) -> bool:
+        return self._loaded is not None
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        return await (await self._model()).embed(texts)
+
+    async def _model(self) -> Embedder:
+        if self._loaded is None:
+            async with self._lock:
+                if self._loaded is None:
+                    log.info("embedder_loading", embedder=self.name)
+                    began = time.monotonic()
+                    model = await self._load()
+                    if model.dimension != self.dimension:
+                        raise VectorSizeMismatch(self.name, model.dimension, self.dimension)
+                    self._loaded = model
+                    log.info(
+                        "embedder_loaded",
+                        embedder=self.name,
+                        seconds=round(time.monotonic() - began, 3),
+                    )
+        return self._loaded
+
+    async def close(self) -> None:
+        if self._loaded is not None:
+            await self._loaded.close()
+
+
+async def _load_minilm() -> Embedder:
+    from .minilm import MiniLMEmbedder  # onnxruntime loads only when chosen and used
+
+    return await MiniLMEmbedder.load()
+
+
+def embeddings_down(url: str | None) -> Callable[[Exception], str | None]:
+    """The start-up reason of an embeddings server that does not answer (retried)."""
+
+    def reason(exc: Exception) -> str | None:
+        if isinstance(exc, EmbedderUnavailable):
+            return f"embeddings server at {url} (RUNBUS_EMBEDDINGS_URL): {exc.reason}"
+        return None
+
+    return reason
+
+
 async def embedder_from_settings(settings: Settings) -> Embedder:
-    """The embedder `RUNBUS_EMBEDDER` names, loaded and ready (the model read, the endpoint's
-    vector size known), so a bad configuration fails at start, not at the first memory."""
+    """The embedder `RUNBUS_EMBEDDER` names. MiniLM loads at its first use; the `openai` one
+    is asked once now for its vector size (so a wrong endpoint fails at start), and while its
+    server is down that is said and tried again."""
     match settings.embedder:
         case "hashing":
             return HashingEmbedder()
         case "minilm":
-            from .minilm import MiniLMEmbedder  # onnxruntime loads only when chosen
-
-            return await MiniLMEmbedder.load()
+            return LazyEmbedder(MINILM_NAME, MINILM_DIMENSION, _load_minilm)
         case "openai":
             from .remote import OpenAIEmbedder
 
-            return await OpenAIEmbedder.connect(
-                settings.embeddings_url,
-                settings.embeddings_model,
-                dimension=settings.embeddings_dimension,
-                api_key_env=settings.embeddings_api_key_env,
+            return await retrying(
+                "asking the embeddings server for its vector size",
+                lambda: OpenAIEmbedder.connect(
+                    settings.embeddings_url,
+                    settings.embeddings_model,
+                    dimension=settings.embeddings_dimension,
+                    api_key_env=settings.embeddings_api_key_env,
+                ),
+                down=embeddings_down(settings.embeddings_url),
             )

@@ -14,6 +14,7 @@ import numpy as np
 import onnxruntime as ort  # type: ignore[import-untyped]
 from tokenizers import Tokenizer
 
+from .embedder import MINILM_DIMENSION, MINILM_NAME
 from .errors import EmbedderConfigError
 
 MODEL_SHA256: Final = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
@@ -30,8 +31,8 @@ BATCH: Final = 32
 
 
 class MiniLMEmbedder:
-    name = "all-MiniLM-L6-v2-int8"
-    dimension = 384
+    name = MINILM_NAME
+    dimension = MINILM_DIMENSION
 
     def __init__(self, session: ort.InferenceSession, tokenizer: Tokenizer) -> None:
         self.session = session

@@ -15,9 +15,9 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import Status, StatusCode
 
-from runbus import subjects
+from runbus import progress, subjects
 from runbus.consumer import ConsumerSpec, Delivery, DurableConsumer
-from runbus.errors import BadRequest, InternalError
+from runbus.errors import BadRequest, InternalError, RunbusError
 from runbus.headers import RunContext
 from runbus.jetstream import ensure_stream
 from runbus.messages import FunctionResultContent, ToolInvoke, ToolInvoked
@@ -57,7 +57,6 @@ from .embedder import Embedder, embedder_from_settings
 from .errors import FindOutsideOwnScope, StoreNotConfigured
 from .memories import Memories
 from .stores import MemoryStore as Store
-from .stores import QdrantClientStore
 
 WRITES_MAX_AGE: Final = 7 * 24 * 3600.0
 """A write nobody could store for a week is dropped (a store that long down is an incident)."""
@@ -152,9 +151,15 @@ class MemoryService(Service):
     async def on_start(self) -> None:
         if self.embedder is None:
             assert self.embedder_factory is not None
+            progress.report("preparing the embedder")
             self.embedder = await self.embedder_factory()
         if self.store is None:
-            self.store = await self._open_store(self.embedder.dimension, self.embedder.name)
+            dimension, name = self.embedder.dimension, self.embedder.name
+            self.store = await progress.retrying(
+                "opening the memory store",
+                lambda: self._open_store(dimension, name),
+                down=self._store_down,
+            )
         self._memories = Memories(self.embedder, self.store)
         config = StreamConfig(
             name=subjects.MEMORY_WRITES_STREAM,
@@ -189,10 +194,22 @@ class MemoryService(Service):
 
     async def _open_store(self, dimension: int, embedder: str) -> Store:
         if self.qdrant_url:
+            from .qdrant import QdrantClientStore  # only a deployment with a server pays for it
+
             return await QdrantClientStore.open(dimension, url=self.qdrant_url, embedder=embedder)
         if self.data_dir is None:
             raise StoreNotConfigured()
         return await EdgeStore.open(self.data_dir, dimension, embedder=embedder)
+
+    def _store_down(self, exc: Exception) -> str | None:
+        """Why a Qdrant server cannot be used yet, if it is unreachable (retried); None for a
+        refusal that waiting will not cure (another embedder's collection)."""
+        if not self.qdrant_url or isinstance(exc, RunbusError):
+            return None
+        cause = exc.__cause__ or exc.__context__ or exc
+        return (
+            f"Qdrant at {self.qdrant_url} (RUNBUS_QDRANT_URL): {str(cause) or type(cause).__name__}"
+        )
 
     async def on_stop(self) -> None:
         if self._writes is not None:

@@ -1,13 +1,17 @@
-"""What several subcommands share: the handler type and a connected client."""
+"""What several subcommands share: the handler type, where the stack is, a connected client."""
 
 import argparse
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
+import nats.errors
 from nats.aio.client import Client as NATS
 
-from ..runner import connect, resolve_nats_url
+from ..errors import Unavailable
+from ..runner import URL_FILE, connect, redact_url
 from ..settings import Settings
 
 CONNECT_PATIENCE = 5.0
@@ -17,11 +21,49 @@ Handler = Callable[[Settings, argparse.Namespace], Awaitable[int]]
 Subparsers = Any  # argparse's private _SubParsersAction
 
 
+class StackNotRunning(Unavailable):
+    """No stack to talk to: RUNBUS_NATS_URL is unset and `runbus up` recorded none, or the
+    recorded one does not answer."""
+
+
+def stack_url(settings: Settings) -> str:
+    """RUNBUS_NATS_URL, else the embedded server `runbus up` recorded. Never a guess: a
+    command must not quietly talk to whatever listens on localhost:4222."""
+    if settings.nats_url:
+        return settings.nats_url
+    recorded = Path(settings.data_dir) / URL_FILE
+    if recorded.exists():
+        return recorded.read_text().strip()
+    raise StackNotRunning(
+        f"no runbus stack is running here ({recorded} does not exist and RUNBUS_NATS_URL is "
+        "unset); start one with `runbus up` in another terminal, or set RUNBUS_NATS_URL"
+    )
+
+
+async def connect_to_stack(settings: Settings, name: str = "runbus-cli") -> NATS:
+    url = stack_url(settings)
+    try:
+        return await connect(url, name, patience=CONNECT_PATIENCE)
+    except Unavailable:
+        if settings.nats_url:
+            raise
+        raise StackNotRunning(
+            f"the stack recorded in {Path(settings.data_dir) / URL_FILE} "
+            f"({redact_url(url)}) does not answer: it is not running any more; start it with "
+            "`runbus up`"
+        ) from None
+
+
 @asynccontextmanager
 async def connected(settings: Settings, name: str = "runbus-cli") -> AsyncIterator[NATS]:
     """A NATS connection to the deployment the settings point at, drained on exit."""
-    nc = await connect(resolve_nats_url(settings), name, patience=CONNECT_PATIENCE)
+    nc = await connect_to_stack(settings, name)
     try:
         yield nc
     finally:
-        await nc.drain()
+        # A connection NATS dropped, or one already closing, has nothing left to drain.
+        with contextlib.suppress(nats.errors.Error, OSError, RuntimeError):
+            if nc.is_connected:
+                await nc.drain()
+            else:
+                await nc.close()

@@ -17,12 +17,16 @@ import nats.errors
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
+from .. import subjects
 from ..instance import HOST_METADATA, PID_METADATA
-from ..runner import resolve_nats_url
+from ..messages.progress import SERVICE_PROGRESS_DECODER, ServiceProgress
+from ..runner import redact_url
 from ..settings import Settings
 from ..supervisor import SERVICES
-from ._common import Subparsers
+from ._common import Subparsers, stack_url
 
+PROGRESS_WAIT: Final = 1.2
+"""Seconds to hear the progress of processes not ready yet (they report every second)."""
 DISCOVERY_WAIT: Final = 0.3
 """Seconds to collect replies: every replica answers, and nothing says how many there are."""
 PING_WAIT: Final = 2.0
@@ -129,6 +133,8 @@ class Status(msgspec.Struct, frozen=True, kw_only=True):
     """The NATS server(s) asked."""
     services: list[ServiceStatus]
     """Every runbus service (missing ones with 0 replicas), then any other micro service."""
+    starting: list[ServiceProgress] = []
+    """Processes not ready yet, each with its step and, while it waits, what is down."""
 
 
 def register(subparsers: Subparsers) -> None:
@@ -163,18 +169,26 @@ def register(subparsers: Subparsers) -> None:
 
 
 async def handle(settings: Settings, args: argparse.Namespace) -> int:
-    url = resolve_nats_url(settings)
+    url = stack_url(settings)
     try:
         nc = await _connect_once(url)
     except (OSError, nats.errors.Error, TimeoutError) as exc:
-        print(f"runbus status: cannot reach NATS at {url}: {exc}", file=sys.stderr)
+        print(
+            f"runbus status: cannot reach NATS at {redact_url(url)}: {exc}; is the stack "
+            "running? (`runbus up`)",
+            file=sys.stderr,
+        )
         return 1
     try:
         if args.ping:
             local = args.local or args.pid is not None
             wait = args.wait if args.wait is not None else PING_WAIT if local else DISCOVERY_WAIT
             return await ping(nc, args.ping, wait=wait, local=local, pid=args.pid)
-        status = await discover(nc, url, wait=DISCOVERY_WAIT if args.wait is None else args.wait)
+        status = await discover(
+            nc, redact_url(url), wait=DISCOVERY_WAIT if args.wait is None else args.wait
+        )
+        if any(s.ready == 0 for s in status.services if s.name in SERVICES):
+            status = msgspec.structs.replace(status, starting=await starting(nc, PROGRESS_WAIT))
     finally:
         await nc.close()
     if args.json:
@@ -249,6 +263,36 @@ async def discover(nc: NATS, url: str, *, wait: float = DISCOVERY_WAIT) -> Statu
         _decode_all(infos, _INFO_DECODER),
         _decode_all(stats, _STATS_DECODER),
     )
+
+
+async def starting(nc: NATS, wait: float) -> list[ServiceProgress]:
+    """The latest progress report of every process that is not ready, heard within `wait`
+    seconds (a starting process reports every second)."""
+    latest: dict[str, ServiceProgress] = {}
+
+    async def on_report(msg: Msg) -> None:
+        with contextlib.suppress(msgspec.DecodeError):
+            report = SERVICE_PROGRESS_DECODER.decode(msg.data)
+            latest[report.instance] = report
+
+    subscription = await nc.subscribe(subjects.PROGRESS_ALL, cb=on_report)
+    try:
+        await asyncio.sleep(wait)
+    finally:
+        await subscription.unsubscribe()
+    return sorted(
+        (r for r in latest.values() if r.state != "ready"), key=lambda r: (r.service, r.instance)
+    )
+
+
+def describe(report: ServiceProgress) -> str:
+    """`memory (host:42) waiting: Qdrant at … (RUNBUS_QDRANT_URL): refused, try 3`."""
+    if report.state == "waiting":
+        return (
+            f"{report.service} ({report.instance}) not ready, waiting at {report.step!r}: "
+            f"{report.reason} (try {report.attempt})"
+        )
+    return f"{report.service} ({report.instance}) {report.state}: {report.step}"
 
 
 def _is_local(reply: _Ping, host: str, pid: int | None) -> bool:
@@ -457,4 +501,5 @@ def render(status: Status) -> str:
         ]
         return "  ".join(cells).rstrip()
 
-    return "\n".join([f"NATS {status.url}", line(header), *map(line, rows)])
+    notes = [describe(report) for report in status.starting]
+    return "\n".join([f"NATS {status.url}", line(header), *map(line, rows), *notes])

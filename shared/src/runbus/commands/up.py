@@ -2,11 +2,13 @@
 
 import argparse
 import asyncio
+import contextlib
 import signal
 import sys
 
+from ..messages.progress import ServiceProgress
 from ..settings import Settings
-from ..supervisor import SERVICES, ProcessStack
+from ..supervisor import SERVICES, STALL_AFTER, ProcessStack
 from ._common import Subparsers
 
 
@@ -19,6 +21,15 @@ def register(subparsers: Subparsers) -> None:
         metavar="SERVICE=N[,SERVICE=N]",
         help="replicas per service, e.g. tool_executor=3,gateway=2 (repeatable)",
     )
+    up.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="give up if not every service is ready by then (default: wait while they make "
+        f"progress; a service silent for {STALL_AFTER:g} s counts as stuck)",
+    )
+    up.add_argument("--quiet", action="store_true", help="do not echo the services' log lines here")
     up.set_defaults(handler=handle)
 
 
@@ -32,17 +43,49 @@ def parse_replicas(items: list[str]) -> dict[str, int]:
     return replicas
 
 
+def say(text: str) -> None:
+    print(f"runbus: {text}", file=sys.stderr, flush=True)
+
+
+def on_progress(label: str, report: ServiceProgress) -> None:
+    """One line per step that is worth knowing while the stack comes up."""
+    if report.state == "waiting":
+        say(f"{label} waiting ({report.step}): {report.reason}; retrying (try {report.attempt})")
+    elif report.state == "ready":
+        say(f"{label} ready ({report.elapsed:.1f} s)")
+
+
 async def handle(settings: Settings, args: argparse.Namespace) -> int:
-    stack = ProcessStack(settings, replicas=parse_replicas(args.replicas), echo=sys.stderr)
+    stack = ProcessStack(
+        settings,
+        replicas=parse_replicas(args.replicas),
+        echo=None if args.quiet else sys.stderr,
+        on_progress=on_progress,
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    starting = asyncio.ensure_future(stack.start(timeout=args.timeout))
+    stopped = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({starting, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    if not starting.done():
+        # Ctrl-C before the stack was ready: the start stops what it had started.
+        say("stopping before every service was ready")
+        starting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await starting
+        return 130
+    stopped.cancel()
+    starting.result()  # a failed start raises here; it stopped everything already
+    say(
+        f"up: NATS at {stack.display_url}; `runbus status` shows the services, "
+        "`runbus logs <run>` a run's log lines; Ctrl-C to stop"
+    )
     try:
-        url = await stack.start()
-        print(f"runbus is up: NATS at {url}; Ctrl-C to stop", file=sys.stderr, flush=True)
         await stop.wait()
     finally:
-        print("runbus: draining services", file=sys.stderr, flush=True)
+        say("draining services")
         await stack.stop()
+        say("stopped")
     return 0
