@@ -126,7 +126,11 @@ def report(step: str) -> None:
 
 
 async def retrying(
-    step: str, call: Callable[[], Awaitable[T]], *, down: Callable[[Exception], str | None]
+    step: str,
+    call: Callable[[], Awaitable[T]],
+    *,
+    down: Callable[[Exception], str | None],
+    backoff: tuple[float, ...] = BACKOFF,
 ) -> T:
     """`call()` until it succeeds. A failure `down` explains (it returns the reason, naming the
     URL and the setting) is reported as waiting and retried with backoff; any other is raised.
@@ -142,7 +146,7 @@ async def retrying(
                 raise
             attempt += 1
             _current.waiting(step, reason, attempt)
-            await asyncio.sleep(BACKOFF[min(attempt, len(BACKOFF)) - 1])
+            await asyncio.sleep(backoff[min(attempt, len(backoff)) - 1])
             continue
         if attempt:
             _current.report(step)

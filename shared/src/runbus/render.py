@@ -1,6 +1,9 @@
-"""Run events rendered for a person (or as JSON lines for scripts)."""
+"""Run events rendered for a person (or as JSON lines for scripts), and what a quiet run is
+waiting on."""
 
+import asyncio
 import json
+import time
 from typing import TextIO
 
 import msgspec
@@ -72,3 +75,42 @@ class EventPrinter:
             self.out.write("\n")
             self._mid_line = False
         self.out.write(text + "\n")
+
+
+def waiting_on(event: RunEvent | None) -> str:
+    """What a run is waiting on after `event` (None: nothing arrived yet), for a person."""
+    match event:
+        case None:
+            return "waiting for the run to start (a gateway to take it)"
+        case RunToolCall(call=call):
+            return f"waiting for tool {call.name}"
+        case RunApprovalRequested(tool=tool):
+            return f"waiting for a decision on {tool} (runbus approve/deny)"
+        case RunTextDelta():
+            return "the model is still answering"
+        case _:
+            return "waiting for the model"
+
+
+class WaitNotice:
+    """While no event arrives for `every` seconds, says every `every` seconds what the run
+    waits on and for how long, so a slow model or tool does not look like a hang."""
+
+    def __init__(self, out: TextIO, every: float = 5.0) -> None:
+        self.out = out
+        self.every = every
+        self._last: RunEvent | None = None
+        self._since = time.monotonic()
+
+    def saw(self, event: RunEvent) -> None:
+        self._last = event
+        self._since = time.monotonic()
+
+    async def run(self) -> None:
+        """Until cancelled."""
+        while True:
+            await asyncio.sleep(self.every)
+            quiet = time.monotonic() - self._since
+            if quiet >= self.every:
+                self.out.write(f"  … {waiting_on(self._last)} ({quiet:.0f} s)\n")
+                self.out.flush()

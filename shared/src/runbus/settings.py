@@ -79,6 +79,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     `<data_dir>/files`)."""
     tool_config: str | None = None
     """Tool executor: TOML file of this deployment's middleware chain and per-tool overrides."""
+    jaeger_url: str | None = None
+    """`runbus chat`: the Jaeger UI (`http://localhost:16686`); `/trace` links a run's trace."""
     http_host: str = "127.0.0.1"
     """HTTP ingress (`runbus http`): address it listens on."""
     http_port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 8080

@@ -5,6 +5,7 @@ stuck is not), all stopped on a failed start, Ctrl-C or SIGTERM."""
 import asyncio
 import contextlib
 import os
+import signal
 import socket
 import sys
 import time
@@ -39,7 +40,7 @@ ECHO_LINE: Final = 4096
 PING_EVERY: Final = 0.5
 """Seconds between `$SRV.PING` checks, for services whose progress reports cannot reach us."""
 
-ProgressCallback = Callable[[str, ServiceProgress], None]
+ProgressCallback = Callable[["Replica", ServiceProgress], None]
 
 
 class StackError(RuntimeError):
@@ -90,6 +91,7 @@ class Replica:
     reason: str = ""
     attempt: int = 0
     reported: bool = False
+    spawned_at: float = field(default_factory=time.monotonic)
     last_progress: float = field(default_factory=time.monotonic)
     cpu: int | None = None
     error: str = ""
@@ -170,13 +172,15 @@ class ProcessStack:
         self.replica_env = replica_env or {}
         """Extra environment of one replica by label (`memory#2`), e.g. its own data dir."""
         self.on_progress = on_progress
-        """Called with (label, report) whenever a starting process reports a new step."""
+        """Called with (replica, report) whenever a starting process reports a new step."""
         self._nats: EmbeddedNats | None = None
         self._nc: NATS | None = None
         self._env: dict[str, str] = {}
         self._processes: list[tuple[str, asyncio.subprocess.Process]] = []
         self._replicas: dict[str, Replica] = {}
         self._pumps: list[asyncio.Task[None]] = []
+        self.spawned: list[int] = []
+        """Pid of every process started, stopped or not (none may outlive `stop`)."""
         self._changed = asyncio.Event()
         self._pretty = echo is not None and echo.isatty()
 
@@ -235,7 +239,7 @@ class ProcessStack:
                 replica.state, replica.step, replica.reason, replica.attempt = key
                 replica.last_progress = time.monotonic()
                 if self.on_progress is not None:
-                    self.on_progress(replica.label, report)
+                    self.on_progress(replica, report)
             replica.reported = True
             self._changed.set()
 
@@ -252,6 +256,7 @@ class ProcessStack:
         replica = Replica(label, process, self.data / "logs" / f"{label.replace('#', '-')}.log")
         self._replicas[label] = replica
         self._processes.append((label, process))
+        self.spawned.append(process.pid)
         self._pumps.append(asyncio.create_task(self._pump(replica)))
 
     @property
@@ -382,15 +387,18 @@ class ProcessStack:
                 for replica in live:
                     replica.state = "ready"
 
-    def status(self) -> dict[str, str]:
-        """Each replica's state and step, for a person (`memory: waiting: …`)."""
-        return {label: replica.describe() for label, replica in self._replicas.items()}
+    def pid(self, label: str) -> int:
+        """Process id of the replica `label`."""
+        return self._replicas[label].process.pid
 
     async def stop(self, timeout: float = 15.0) -> None:
         """SIGTERM every service (each drains), then stop the embedded NATS."""
         for _, process in self._processes:
             if process.returncode is None:
                 process.terminate()
+                # A stopped (SIGSTOP, ^Z) process acts on the SIGTERM only once it runs.
+                with contextlib.suppress(ProcessLookupError):
+                    process.send_signal(signal.SIGCONT)
         for _, process in self._processes:
             try:
                 await asyncio.wait_for(process.wait(), timeout)

@@ -10,6 +10,7 @@ import asyncio
 import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
 from typing import Final, Literal, TextIO
 
 import msgspec
@@ -137,14 +138,17 @@ class ChatConsole:
         """Show the run's events after the last one shown, until it ends or waits for an
         approval (then the prompt is back, for `/approve` or `/deny`)."""
         printer = EventPrinter(self.out)
+        items = self.client.follow(run_id, after=self._seen, timeout=self.timeout)
         try:
-            async for item in self.client.follow(run_id, after=self._seen, timeout=self.timeout):
-                self._seen = item.seq
-                printer(item.event)
-                if isinstance(item.event, RunApprovalRequested):
-                    self.waiting = item.event
-                    self.say("    /approve or /deny [note] to decide here")
-                    return
+            # Closed on every way out, so no subscription is left behind for the drain.
+            async with aclosing(items):
+                async for item in items:
+                    self._seen = item.seq
+                    printer(item.event)
+                    if isinstance(item.event, RunApprovalRequested):
+                        self.waiting = item.event
+                        self.say("    /approve or /deny [note] to decide here")
+                        return
         except RunbusError as exc:
             self.say(f"  error: {exc}")
 
@@ -249,7 +253,9 @@ class ChatConsole:
             return
         self.say(f"run {self.last_run_id}: trace {self.last_trace_id}")
         if self.jaeger_url:
-            self.say(f"  {self.jaeger_url}/trace/{self.last_trace_id}")
+            self.say(f"  {self.jaeger_url.rstrip('/')}/trace/{self.last_trace_id}")
+        else:
+            self.say("  (set RUNBUS_JAEGER_URL to the Jaeger UI for a link)")
 
     async def approve(self, args: list[str]) -> None:
         await self._decide("approved", " ".join(args))
@@ -293,7 +299,9 @@ def register(subparsers: Subparsers) -> None:
     chat = subparsers.add_parser("chat", help="talk to an agent in the terminal")
     chat.add_argument("--agent", default="travel")
     chat.add_argument("--session", default=None, help="session id (default: a new one)")
-    chat.add_argument("--jaeger-url", default=None, help="Jaeger UI, for /trace links")
+    chat.add_argument(
+        "--jaeger-url", default=None, help="Jaeger UI, for /trace links (RUNBUS_JAEGER_URL)"
+    )
     chat.add_argument("--timeout", type=float, default=300.0)
     chat.set_defaults(handler=handle_chat)
 
@@ -310,7 +318,7 @@ async def handle_chat(settings: Settings, args: argparse.Namespace) -> int:
             agent=args.agent,
             session_id=args.session or new_session_id(),
             out=sys.stdout,
-            jaeger_url=args.jaeger_url,
+            jaeger_url=args.jaeger_url or settings.jaeger_url,
             timeout=args.timeout,
         )
         await console.run(stdin_lines("> " if sys.stdin.isatty() else None))

@@ -1,11 +1,14 @@
 """`runbus run`: publish a run request, stream its events, exit 1 if the run fails."""
 
 import argparse
+import asyncio
+import contextlib
 import sys
 
 from ..client import RunbusClient, new_run_id
+from ..errors import Unavailable
 from ..messages import RunFailed
-from ..render import EventPrinter
+from ..render import EventPrinter, WaitNotice
 from ..settings import Settings
 from ._common import Subparsers, connected
 
@@ -16,23 +19,43 @@ def register(subparsers: Subparsers) -> None:
     run.add_argument("--agent", default="travel")
     run.add_argument("--session", default="s1")
     run.add_argument("--run-id", default=None)
-    run.add_argument("--timeout", type=float, default=300.0)
+    run.add_argument(
+        "--timeout",
+        type=float,
+        default=300.0,
+        help="seconds to wait for the run's next event (default 300)",
+    )
     run.add_argument("--json", action="store_true", help="one JSON event per line")
     run.set_defaults(handler=handle)
 
 
 async def handle(settings: Settings, args: argparse.Namespace) -> int:
     printer = EventPrinter(sys.stdout, as_json=args.json)
-    async with connected(settings) as nc:
+    # Progress notes go to stderr: stdout stays the run's own output.
+    notice = WaitNotice(sys.stderr)
+    async with connected(settings) as nc, contextlib.AsyncExitStack() as background:
+        if not args.json:
+            ticking = asyncio.ensure_future(notice.run())
+            background.callback(ticking.cancel)
         client = RunbusClient(nc, token=settings.token)
-        async for event in client.stream(
+        events = client.stream(
             args.agent,
             args.text,
             session_id=args.session,
             run_id=args.run_id or new_run_id(),
             timeout=args.timeout,
-        ):
-            printer(event)
-            if isinstance(event, RunFailed):
-                return 1
+        )
+        # Closed before the connection drains: an open event subscription would fail the drain.
+        async with contextlib.aclosing(events):
+            try:
+                async for event in events:
+                    notice.saw(event)
+                    printer(event)
+                    if isinstance(event, RunFailed):
+                        return 1
+            except Unavailable as exc:
+                raise Unavailable(
+                    f"{exc}; wait longer with `runbus run --timeout SECONDS` (a run's own "
+                    "limit is the gateway's RUNBUS_RUN_TIMEOUT)"
+                ) from None
     return 0

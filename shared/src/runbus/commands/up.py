@@ -5,10 +5,11 @@ import asyncio
 import contextlib
 import signal
 import sys
+import time
 
 from ..messages.progress import ServiceProgress
 from ..settings import Settings
-from ..supervisor import SERVICES, STALL_AFTER, ProcessStack
+from ..supervisor import SERVICES, STALL_AFTER, ProcessStack, Replica
 from ._common import Subparsers
 
 
@@ -47,12 +48,15 @@ def say(text: str) -> None:
     print(f"runbus: {text}", file=sys.stderr, flush=True)
 
 
-def on_progress(label: str, report: ServiceProgress) -> None:
+def on_progress(replica: Replica, report: ServiceProgress) -> None:
     """One line per step that is worth knowing while the stack comes up."""
     if report.state == "waiting":
-        say(f"{label} waiting ({report.step}): {report.reason}; retrying (try {report.attempt})")
+        say(
+            f"{replica.label} waiting ({report.step}): {report.reason}; retrying "
+            f"(try {report.attempt})"
+        )
     elif report.state == "ready":
-        say(f"{label} ready ({report.elapsed:.1f} s)")
+        say(f"{replica.label} ready ({time.monotonic() - replica.spawned_at:.1f} s)")
 
 
 async def handle(settings: Settings, args: argparse.Namespace) -> int:
