@@ -38,6 +38,8 @@ CITIES: Final = (
 )
 WEEKDAYS: Final = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 _FLIGHT_NUMBER = re.compile(r"\b([A-Za-z]{2}\d{3,4})\b")
+_FLIGHT_ID = re.compile(r"\b([A-Za-z]{2}\d{3,4}-\d{8})\b")
+"""A whole flight id as the tools write it (`JQ730-20261220`): taken as it is, date and all."""
 _ISO_DATE = re.compile(r"\b(\d{4}-\d{2}-\d{2})\b")
 
 
@@ -142,8 +144,11 @@ class OfflineModel:
         named = _FLIGHT_NUMBER.search(text)
         if not called and "book" in lowered and named and "create_booking" in tools:
             # "Book VA823 on Friday": the user chose the flight; no search needed.
-            day = travel_date(text, self.today or date.today())
-            flight_id = f"{named.group(1).upper()}-{day.strftime('%Y%m%d')}"
+            if whole := _FLIGHT_ID.search(text):
+                flight_id = whole.group(1).upper()
+            else:
+                day = travel_date(text, self.today or date.today())
+                flight_id = f"{named.group(1).upper()}-{day.strftime('%Y%m%d')}"
             return [
                 FunctionCallContent(
                     call_id="call-book-0", name="create_booking", arguments={"flight_id": flight_id}

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
+from .errors import InvalidArguments
 from .middleware import PROCEED, Call, Decision, Middleware, Terminate
 from .registry import FromProp, ToolContext, ToolRegistry
 
@@ -93,6 +94,34 @@ class Ledger:
 ledger = Ledger()
 
 
+class Searches:
+    """The flights each session's searches returned, as this process saw them: a flight the
+    session was shown is booked only as shown, so a misread id (the flight number it saw on
+    another date, at another price) is refused instead of booked. A flight number the session
+    never saw here (the user named it, or another replica ran the search) is not checked."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._shown: dict[tuple[str, str], set[str]] = {}
+
+    def record(self, context: ToolContext, flights: Iterable["Flight"]) -> None:
+        key = (context.props.get("tenant", ""), context.session_id)
+        with self._lock:
+            self._shown.setdefault(key, set()).update(f.flight_id for f in flights)
+
+    def misread(self, context: ToolContext, flight_id: str) -> list[str]:
+        """The ids the session was shown for the flight number of `flight_id`, if `flight_id`
+        is not among them (empty: nothing to object to)."""
+        number = flight_id.split("-")[0]
+        with self._lock:
+            shown = self._shown.get((context.props.get("tenant", ""), context.session_id), set())
+            same_number = sorted(f for f in shown if f.split("-")[0] == number)
+        return [] if flight_id in same_number else same_number
+
+
+searches = Searches()
+
+
 @tools.tool()
 def get_weather(city: City) -> Weather:
     """Current weather for a city (demo data, deterministic)."""
@@ -104,8 +133,7 @@ def get_weather(city: City) -> Weather:
     )
 
 
-@tools.tool()
-def search_flights(origin: City, destination: City, date: date) -> list[Flight]:
+def search_flights(origin: str, destination: str, date: date) -> list[Flight]:
     """Flights between two cities on a date, cheapest first (demo data, deterministic)."""
     flights = []
     for airline, code in _CARRIERS:
@@ -124,6 +152,16 @@ def search_flights(origin: City, destination: City, date: date) -> list[Flight]:
             )
         )
     return sorted(flights, key=lambda f: f.price_aud)
+
+
+@tools.tool(name="search_flights")
+def search_flights_tool(
+    origin: City, destination: City, date: date, context: ToolContext
+) -> list[Flight]:
+    """Flights between two cities on a date, cheapest first (demo data, deterministic)."""
+    flights = search_flights(origin, destination, date)
+    searches.record(context, flights)
+    return flights
 
 
 def needs_approval(arguments: Mapping[str, Any]) -> str | None:
@@ -145,6 +183,12 @@ def create_booking(
 ) -> Booking:
     """Book a seat on a flight for the signed-in user. The passenger comes from the run's
     identity, never from the model; bookings over A$1000 wait for a person's approval."""
+    if shown := searches.misread(context, flight_id):
+        raise InvalidArguments(
+            f"flight {flight_id!r} was not in this session's search results; "
+            f"{flight_id.split('-')[0]} was shown as {', '.join(shown)}: book that, or search "
+            "again for another date"
+        )
     booking = Booking(
         confirmation="RB-"
         + hashlib.sha256(f"{context.run_id}|{flight_id}".encode()).hexdigest()[:6].upper(),
