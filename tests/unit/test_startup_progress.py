@@ -3,6 +3,7 @@ the lazy embedder, and what a command may print of a NATS URL."""
 
 import asyncio
 import os
+from collections.abc import Iterator
 
 import pytest
 
@@ -14,7 +15,7 @@ from runbus_memory.errors import VectorSizeMismatch
 
 
 @pytest.fixture
-def reporter() -> Progress:
+def reporter() -> Iterator[Progress]:
     installed = Progress("memory")
     before = progress.current()
     progress.install(installed)
@@ -90,14 +91,12 @@ async def test_the_lazy_embedder_loads_its_model_once_at_first_use() -> None:
         return HashingEmbedder(384)
 
     embedder = LazyEmbedder("hashing", 384, load)
-    assert not embedder.loaded
-    assert embedder.dimension == 384
-    assert loads == 0
+    before = (embedder.loaded, embedder.dimension, loads)
 
     first, second = await asyncio.gather(embedder.embed(["a seat"]), embedder.embed(["a seat"]))
 
-    assert loads == 1
-    assert embedder.loaded
+    assert before == (False, 384, 0)
+    assert (embedder.loaded, loads) == (True, 1)
     assert first == second == await HashingEmbedder(384).embed(["a seat"])
 
 
