@@ -70,6 +70,24 @@ async def test_a_service_that_fails_to_start_stops_everything_the_start_started(
     assert not (tmp_path / "nats.url").exists()
 
 
+async def test_a_service_that_crashes_before_it_logs_is_named_with_its_last_words(
+    tmp_path: Path,
+) -> None:
+    stack = ProcessStack(
+        load_settings({"RUNBUS_DATA_DIR": str(tmp_path)}),
+        services=("history",),
+        nats_port=0,
+        replica_env={"history": {"RUNBUS_HSTORY_MAX_AGE": "60"}},
+    )
+
+    with pytest.raises(ServiceExited) as failed:
+        await stack.start()
+
+    assert failed.value.code == 2
+    assert "RUNBUS_HSTORY_MAX_AGE: unknown variable (typo?)" in str(failed.value)
+    assert [pid for pid in stack.spawned if running(pid)] == []
+
+
 async def test_a_service_that_stops_making_progress_is_named_with_its_last_step(
     tmp_path: Path,
 ) -> None:

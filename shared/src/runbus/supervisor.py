@@ -96,6 +96,10 @@ class Replica:
     cpu: int | None = None
     error: str = ""
     """The `service_start_failed` error it logged, if it did."""
+    last_output: str = ""
+    """Its last line of unstructured output (a traceback's last line, when it crashed)."""
+    pump: "asyncio.Task[None] | None" = None
+    """The reader of its output."""
 
     @property
     def service(self) -> str:
@@ -257,7 +261,8 @@ class ProcessStack:
         self._replicas[label] = replica
         self._processes.append((label, process))
         self.spawned.append(process.pid)
-        self._pumps.append(asyncio.create_task(self._pump(replica)))
+        replica.pump = asyncio.create_task(self._pump(replica))
+        self._pumps.append(replica.pump)
 
     @property
     def labels(self) -> list[str]:
@@ -318,6 +323,9 @@ class ProcessStack:
             if cut:
                 fields["truncated_bytes"] = cut
             log.write(msgspec.json.encode(fields) + b"\n")
+            if fields["text"].strip() and not replica.error:
+                # A crash before logging is set up ends with the exception's own line.
+                replica.last_output = fields["text"].strip()[:300]
         else:
             log.write(line + b"\n")
             if fields.get("event") == "service_start_failed":
@@ -349,8 +357,15 @@ class ProcessStack:
             for replica in waiting:
                 code = replica.process.returncode
                 if code is not None:
+                    if replica.pump is not None:  # its last words name what went wrong
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(asyncio.shield(replica.pump), 5)
                     raise ServiceExited(
-                        replica.label, code, replica.step, replica.error, replica.log
+                        replica.label,
+                        code,
+                        replica.step,
+                        replica.error or replica.last_output,
+                        replica.log,
                     )
             if now >= next_ping:
                 next_ping = now + PING_EVERY
