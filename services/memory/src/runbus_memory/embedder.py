@@ -9,13 +9,14 @@ import math
 import re
 import time
 from collections.abc import Awaitable, Callable
-from typing import Final, Protocol
+from typing import Protocol
 
 import structlog
 
 from runbus.progress import retrying
 from runbus.settings import Settings
 
+from .catalog import MINILM_DIMENSION, MINILM_NAME
 from .errors import EmbedderUnavailable, VectorSizeMismatch
 
 log = structlog.get_logger()
@@ -66,10 +67,6 @@ class HashingEmbedder:
             vector[bucket] += 1.0 if digest[4] & 1 else -1.0
         norm = math.sqrt(sum(v * v for v in vector))
         return [v / norm for v in vector] if norm else vector
-
-
-MINILM_NAME: Final = "all-MiniLM-L6-v2-int8"
-MINILM_DIMENSION: Final = 384
 
 
 class LazyEmbedder:

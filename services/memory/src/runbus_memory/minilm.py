@@ -14,7 +14,7 @@ import numpy as np
 import onnxruntime as ort  # type: ignore[import-untyped]
 from tokenizers import Tokenizer
 
-from .embedder import MINILM_DIMENSION, MINILM_NAME
+from .catalog import MINILM_DIMENSION, MINILM_NAME
 from .errors import EmbedderConfigError
 
 MODEL_SHA256: Final = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
