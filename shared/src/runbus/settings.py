@@ -79,8 +79,6 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     `<data_dir>/files`)."""
     tool_config: str | None = None
     """Tool executor: TOML file of this deployment's middleware chain and per-tool overrides."""
-    jaeger_url: str | None = None
-    """`runbus chat`: the Jaeger UI (`http://localhost:16686`); `/trace` links a run's trace."""
     http_host: str = "127.0.0.1"
     """HTTP ingress (`runbus http`): address it listens on."""
     http_port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 8080
@@ -88,7 +86,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     jaeger_url: str = ""
     """HTTP ingress console: base URL of Jaeger's UI (each run's trace id links to
     `<url>/trace/<trace_id>`), or a URL with `{trace_id}` in it for another trace UI. Empty: the
-    id is shown without a link."""
+    id is shown without a link. `/trace` in `runbus chat` prints the same link."""
 
     @property
     def data_path(self) -> Path:

@@ -253,7 +253,7 @@ class ChatConsole:
             return
         self.say(f"run {self.last_run_id}: trace {self.last_trace_id}")
         if self.jaeger_url:
-            self.say(f"  {self.jaeger_url.rstrip('/')}/trace/{self.last_trace_id}")
+            self.say(f"  {trace_link(self.jaeger_url, self.last_trace_id)}")
         else:
             self.say("  (set RUNBUS_JAEGER_URL to the Jaeger UI for a link)")
 
@@ -295,6 +295,13 @@ async def stdin_lines(prompt: str | None) -> AsyncIterator[str]:
         yield line
 
 
+def trace_link(ui_url: str, trace_id: str) -> str:
+    """Jaeger's page of the trace, or `ui_url` with `{trace_id}` filled in (another trace UI)."""
+    if "{trace_id}" in ui_url:
+        return ui_url.replace("{trace_id}", trace_id)
+    return f"{ui_url.rstrip('/')}/trace/{trace_id}"
+
+
 def register(subparsers: Subparsers) -> None:
     chat = subparsers.add_parser("chat", help="talk to an agent in the terminal")
     chat.add_argument("--agent", default="travel")
@@ -318,7 +325,7 @@ async def handle_chat(settings: Settings, args: argparse.Namespace) -> int:
             agent=args.agent,
             session_id=args.session or new_session_id(),
             out=sys.stdout,
-            jaeger_url=args.jaeger_url or settings.jaeger_url,
+            jaeger_url=args.jaeger_url or settings.jaeger_url or None,
             timeout=args.timeout,
         )
         await console.run(stdin_lines("> " if sys.stdin.isatty() else None))
