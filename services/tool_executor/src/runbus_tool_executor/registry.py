@@ -109,6 +109,9 @@ class Tool:
     agents: frozenset[str] | None = None
     """Agents that may use the tool; None is every agent."""
     max_result_bytes: int = MAX_RESULT_BYTES
+    inline: bool = False
+    """A sync function cheap enough to run on the event loop (pure computation, no I/O, well
+    under a millisecond): no thread per call. One that blocks would stall this replica."""
 
     def spec(self) -> ToolSpec:
         return ToolSpec(
@@ -209,6 +212,8 @@ class Tool:
     async def _call(self, kwargs: dict[str, Any]) -> Any:
         if inspect.iscoroutinefunction(self.function):
             return await self.function(**kwargs)
+        if self.inline:
+            return self.function(**kwargs)
         future = _in_thread(self.name, self.function, kwargs)
         try:
             return await future
@@ -337,6 +342,7 @@ class ToolRegistry:
         tenants: Iterable[str] | None = None,
         agents: Iterable[str] | None = None,
         max_result_bytes: int = MAX_RESULT_BYTES,
+        inline: bool = False,
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Register a typed function as a tool; its docstring is the default description."""
 
@@ -352,6 +358,7 @@ class ToolRegistry:
                 tenants=None if tenants is None else frozenset(tenants),
                 agents=None if agents is None else frozenset(agents),
                 max_result_bytes=max_result_bytes,
+                inline=inline,
             )
             if tool.name in self.tools:
                 raise ToolDefinitionError(f"tool {tool.name!r} is registered twice")
@@ -383,6 +390,7 @@ def build_tool(
     tenants: frozenset[str] | None = None,
     agents: frozenset[str] | None = None,
     max_result_bytes: int = MAX_RESULT_BYTES,
+    inline: bool = False,
 ) -> Tool:
     if not TOOL_NAME.fullmatch(name):
         raise ToolDefinitionError(f"tool name {name!r} must match {TOOL_NAME.pattern}")
@@ -434,6 +442,7 @@ def build_tool(
         tenants=tenants,
         agents=agents,
         max_result_bytes=max_result_bytes,
+        inline=inline and not inspect.iscoroutinefunction(function),
     )
 
 

@@ -122,7 +122,7 @@ class Searches:
 searches = Searches()
 
 
-@tools.tool()
+@tools.tool(inline=True)  # a lookup in memory: no thread per call
 def get_weather(city: City) -> Weather:
     """Current weather for a city (demo data, deterministic)."""
     seed = _seed(city)
