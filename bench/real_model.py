@@ -151,10 +151,12 @@ async def run_benchmark() -> dict[str, Any]:
             client = RunbusClient(nc, token="dev-alice")
             await direct(http, server)  # warm-up: the prompt is cached from here on for both
             await through_runbus(client, -1)
+            print("  warmed up", flush=True)
             raw: dict[str, list[tuple[float, float]]] = {"direct": [], "runbus": []}
             for index in range(ROUNDS):
                 raw["direct"].append(await direct(http, server))
                 raw["runbus"].append(await through_runbus(client, index))
+            print("  streamed", flush=True)
             cancels = [await cancel_to_idle(client, http, server, i) for i in range(CANCELS)]
             await nc.drain()
     first = {k: ms([f for f, _ in v]) for k, v in raw.items()}
