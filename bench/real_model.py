@@ -33,8 +33,8 @@ from runbus_gateway.agents import AgentSpec
 from runbus_model_router.config import parse_config
 
 PROMPT = "Write a very long story about a dragon who learns to cook."
-TOKENS = 64
-ROUNDS = 5
+TOKENS = 32
+ROUNDS = 3
 CANCELS = 3
 SETTINGS = ModelSettings(max_output_tokens=TOKENS, temperature=0, seed=7)
 

@@ -154,7 +154,7 @@ def search_flights(origin: str, destination: str, date: date) -> list[Flight]:
     return sorted(flights, key=lambda f: f.price_aud)
 
 
-@tools.tool(name="search_flights")
+@tools.tool(name="search_flights", inline=True)
 def search_flights_tool(
     origin: City, destination: City, date: date, context: ToolContext
 ) -> list[Flight]:
