@@ -577,13 +577,38 @@ def missed_section(results: dict[str, Any]) -> list[str]:
             f"{ms(pg.get('anchor'))} + database {ms(pg.get('database'))} ms. A run asks the "
             f"bus for {hops} request/reply hops and publishes {events} events; each hop costs "
             "both ends and nats-server a message decode, encode and a span. What would close "
-            "it: fewer hops per run (one history append per step or a direct stream publish, "
-            "the tool catalogue resolved once per agent, no compaction hop under the trigger, "
-            "clients following a run by a plain subscription instead of a consumer), cheaper "
-            "hops (OpenTelemetry non-recording without an exporter, `gc.freeze()` after start, "
-            "msgspec instead of the openai SDK's typed layer in model_router), and sync tools "
-            "without a thread hop. The gateway's own profile is below (`gateway_profile.txt`).",
+            "it: fewer hops per run (history appends are one per step now; still to go: the "
+            "tool catalogue resolved once per agent instead of asked each run, no compaction hop "
+            "while the prompt is under the trigger, history written by a direct stream publish, "
+            "clients following a run by a plain subscription instead of a consumer per run), "
+            "cheaper hops (OpenTelemetry non-recording without an exporter, `gc.freeze()` after "
+            "start, msgspec instead of the openai SDK's typed layer in model_router), and sync "
+            "tools without a thread hop. The gateway's own profile is below "
+            "(`gateway_profile.txt`).",
         ]
+    slow = _get(results, "slow_model") or {}
+    if any("in flight vs" in n for n in names) and slow:
+        top = str(max(slow.get("levels") or [0]))
+        for key, label in SLOW:
+            point = (slow.get(key) or {}).get(top) or {}
+            if point.get("failures"):
+                kinds = "; ".join(point.get("failure_kinds") or [])
+                runs = point.get("runs", "?")
+                out += [
+                    f"- **{label} at {top} in flight**: {point['failures']} of {runs} "
+                    f"runs failed ({kinds}). A client follows each run with its own JetStream "
+                    "consumer on the events stream, so a thousand followed runs are a thousand "
+                    "consumers; following by a plain subscription (replay only after a gap) "
+                    "removes that limit and the consumer's cost.",
+                ]
+        rb = (slow.get("runbus") or {}).get(top) or {}
+        if rb:
+            out += [
+                f"- **Runs/s at {top} in flight** is bound by CPU, not by the model: "
+                f"{rb['runs_per_s']:.1f} runs/s x {rb['cpu_ms_per_run']:.0f} ms CPU per run "
+                f"= {rb['runs_per_s'] * rb['cpu_ms_per_run'] / 1000:.1f} cores busy on a "
+                "2-core machine shared with other work; the CPU-per-run levers above raise it.",
+            ]
     if any("overhead" in n for n in names):
         out += [
             "- **Overhead of one run at 300 ms**: the same hops, each a network round trip "

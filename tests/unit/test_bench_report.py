@@ -175,3 +175,4 @@ def test_markdown_says_why_a_durable_target_was_missed_and_plots_are_listed() ->
     assert "## Missed targets: why, and what would close them" in text
     assert "LangGraph + Postgres (fsync on)" in text
     assert "| 1000 | runbus, six processes | 60.0 | 1 |" in text
+    assert "runbus, six processes at 1000 in flight**: 1 of" in text  # its failures explained
