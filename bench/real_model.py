@@ -34,7 +34,7 @@ from runbus_model_router.config import parse_config
 
 PROMPT = "Write a very long story about a dragon who learns to cook."
 TOKENS = 32
-ROUNDS = 3
+ROUNDS = 6
 CANCELS = 3
 SETTINGS = ModelSettings(max_output_tokens=TOKENS, temperature=0, seed=7)
 
@@ -51,13 +51,13 @@ model = "{MODEL_NAME}"
 """
 
 
-def latencies(sent: float, arrivals: list[float]) -> tuple[float, float]:
-    """(first token, per token) in seconds."""
+def latencies(sent: float, arrivals: list[float]) -> tuple[float, float, float]:
+    """(first token, per token, whole reply) in seconds."""
     per_token = (arrivals[-1] - arrivals[0]) / max(1, len(arrivals) - 1)
-    return arrivals[0] - sent, per_token
+    return arrivals[0] - sent, per_token, arrivals[-1] - sent
 
 
-async def direct(http: httpx.AsyncClient, server: LocalModelServer) -> tuple[float, float]:
+async def direct(http: httpx.AsyncClient, server: LocalModelServer) -> tuple[float, float, float]:
     body = {
         "model": MODEL_NAME,
         "messages": [
@@ -81,7 +81,7 @@ async def direct(http: httpx.AsyncClient, server: LocalModelServer) -> tuple[flo
     return latencies(sent, arrivals)
 
 
-async def through_runbus(client: RunbusClient, index: int) -> tuple[float, float]:
+async def through_runbus(client: RunbusClient, index: int) -> tuple[float, float, float]:
     arrivals = []
     sent = time.perf_counter()
     async for event in client.stream("story", PROMPT, session_id=f"bench-{index}"):
@@ -152,21 +152,24 @@ async def run_benchmark() -> dict[str, Any]:
             await direct(http, server)  # warm-up: the prompt is cached from here on for both
             await through_runbus(client, -1)
             print("  warmed up", flush=True)
-            raw: dict[str, list[tuple[float, float]]] = {"direct": [], "runbus": []}
+            raw: dict[str, list[tuple[float, float, float]]] = {"direct": [], "runbus": []}
             for index in range(ROUNDS):
                 raw["direct"].append(await direct(http, server))
                 raw["runbus"].append(await through_runbus(client, index))
             print("  streamed", flush=True)
             cancels = [await cancel_to_idle(client, http, server, i) for i in range(CANCELS)]
             await nc.drain()
-    first = {k: ms([f for f, _ in v]) for k, v in raw.items()}
-    per_token = {k: ms([p for _, p in v]) for k, v in raw.items()}
+    first = {k: ms([f for f, _, _ in v]) for k, v in raw.items()}
+    per_token = {k: ms([p for _, p, _ in v]) for k, v in raw.items()}
+    whole = {k: ms([w for _, _, w in v]) for k, v in raw.items()}
     numbers = {
         "real_model": {
             "first_token_ms": first,
             "per_token_ms": per_token,
             "first_token_ratio": round(first["runbus"] / first["direct"], 2),
             "per_token_ratio": round(per_token["runbus"] / per_token["direct"], 2),
+            "whole_reply_ms": whole,
+            "whole_reply_ratio": round(whole["runbus"] / whole["direct"], 2),
             "cancel_to_idle_ms": ms(cancels),
             "cancel_to_idle_max_ms": round(max(cancels) * 1000, 2),
         }
@@ -179,6 +182,10 @@ async def run_benchmark() -> dict[str, Any]:
     print(
         f"  per token     direct {per_token['direct']:8.2f} ms   runbus "
         f"{per_token['runbus']:8.2f} ms   ratio {r['per_token_ratio']}"
+    )
+    print(
+        f"  whole reply   direct {whole['direct']:8.1f} ms   runbus {whole['runbus']:8.1f} ms"
+        f"   ratio {r['whole_reply_ratio']}"
     )
     print(
         f"  cancel → idle median {r['cancel_to_idle_ms']} ms, max {r['cancel_to_idle_max_ms']} ms"
