@@ -2,6 +2,7 @@
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -41,6 +42,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _say(f"{exc}", 1)
     except KeyboardInterrupt:
         return _say("interrupted", 130)
+    except BrokenPipeError:
+        # The reader went away (`runbus logs … | head`): nothing more to say, to anyone.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except nats.errors.Error as exc:
         # The connection went away under a command (NATS stopped, the stack went down).
         return _say(
