@@ -102,6 +102,7 @@ class Up:
     terminal: Terminal
     env: dict[str, str]
     data_dir: Path
+    nats: EmbeddedNats
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +136,7 @@ async def up(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Up]:
         process, terminal = await start_up(env)
         try:
             await terminal.until("runbus: up:")
-            yield Up(process, terminal, env, data_dir)
+            yield Up(process, terminal, env, data_dir, server)
         finally:
             if process.returncode is None:
                 process.send_signal(signal.SIGINT)
@@ -187,6 +188,29 @@ async def test_ctrl_c_on_runbus_run_says_interrupted_without_a_traceback(up: Up)
     assert process.returncode == 130
     assert err.decode().strip().splitlines()[-1] == "runbus: interrupted"
     assert "Traceback" not in err.decode()
+
+
+async def test_a_command_whose_nats_goes_away_says_so_in_one_line(up: Up) -> None:
+    # A run waiting for approval keeps `runbus run` waiting on its events; then NATS stops.
+    process = await asyncio.create_subprocess_exec(
+        RUNBUS, "run", "Book QF412 in business", "--agent", "approver", "--session", "s-gone",
+        env=up.env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert process.stdout is not None
+    shown = b""
+    async with asyncio.timeout(60):
+        while b"needs approval" not in shown:
+            line = await process.stdout.readline()
+            assert line, shown.decode()
+            shown += line
+    up.nats.stop()
+    async with asyncio.timeout(60):
+        _, err = await process.communicate()
+
+    assert process.returncode == 1
+    assert err.decode().count("\n") == 1, err.decode()
+    assert err.decode().startswith("runbus: lost the connection to NATS")
+    assert "runbus status" in err.decode()
 
 
 async def test_ctrl_c_on_runbus_up_drains_and_leaves_no_process(up: Up) -> None:

@@ -95,7 +95,9 @@ async def connect(url: str, name: str, *, patience: float | None = None) -> NATS
     connecting = nats.connect(
         servers,
         name=name,
-        max_reconnect_attempts=-1,
+        # A service reconnects forever; a command gives up after about `patience` seconds
+        # without NATS and says so, instead of hanging.
+        max_reconnect_attempts=-1 if patience is None else max(1, int(patience / 0.5)),
         reconnect_time_wait=0.5,
         connect_timeout=5,
         error_cb=on_error,

@@ -226,7 +226,16 @@ class ProcessStack:
         return self.url
 
     async def _listen(self) -> None:
-        self._nc = await nats.connect(self.url, name="runbus-supervisor")
+        async def quiet(_: Exception) -> None:
+            pass  # the services say what NATS is doing; this connection only listens
+
+        self._nc = await nats.connect(
+            [part.strip() for part in self.url.split(",") if part.strip()],
+            name="runbus-supervisor",
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.5,
+            error_cb=quiet,
+        )
         await self._nc.subscribe(subjects.PROGRESS_ALL, cb=self._on_report)
 
     async def _on_report(self, msg: Msg) -> None:
@@ -337,7 +346,12 @@ class ProcessStack:
         if self.echo is None:
             return
         if self._pretty and fields is not None:
-            text = structlog.dev.ConsoleRenderer()(None, "", dict(fields))
+            shown = dict(fields)
+            if isinstance(shown.get("exception"), str):
+                # The terminal gets the exception's last line; the log file keeps it whole.
+                *_, last = shown.pop("exception").strip().splitlines() or [""]
+                shown["error"] = shown.get("error") or last
+            text = structlog.dev.ConsoleRenderer()(None, "", shown)
         else:
             text = line[:ECHO_LINE].decode(errors="replace")
         self.echo.write(f"{label:>15} | {text}\n")
