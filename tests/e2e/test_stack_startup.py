@@ -16,7 +16,13 @@ import pytest
 from runbus.embedded import EmbeddedNats
 from runbus.messages.progress import ServiceProgress
 from runbus.settings import load_settings
-from runbus.supervisor import ProcessStack, Replica, ServiceExited, ServiceStalled
+from runbus.supervisor import (
+    ProcessStack,
+    Replica,
+    ServiceExited,
+    ServiceStalled,
+    StartTimedOut,
+)
 from tests.e2e.loud_tools import LOUD_LINE_BYTES
 
 REPO = Path(__file__).resolve().parents[2]
@@ -161,6 +167,27 @@ async def test_a_service_waiting_for_qdrant_says_so_and_runbus_status_shows_why(
     assert status.returncode == 1, err.decode()
     assert f"memory ({socket.gethostname()}:{stack.pid('memory')}) not ready" in text
     assert f"Qdrant at {qdrant} (RUNBUS_QDRANT_URL)" in text
+    assert [pid for pid in stack.spawned if running(pid)] == []
+
+
+@pytest.mark.slow
+async def test_with_a_timeout_a_start_that_waits_on_a_dependency_gives_up_naming_it(
+    tmp_path: Path,
+) -> None:
+    with EmbeddedNats(tmp_path / "gone") as gone:
+        port = gone.url.rsplit(":", 1)[1]
+    stack = ProcessStack(
+        load_settings({"RUNBUS_DATA_DIR": str(tmp_path)}),
+        services=("history", "memory"),
+        nats_port=0,
+        replica_env={"memory": {"RUNBUS_QDRANT_URL": f"http://127.0.0.1:{port}"}},
+    )
+
+    with pytest.raises(StartTimedOut) as timed_out:
+        await stack.start(timeout=20)
+
+    assert str(timed_out.value).startswith("not ready after 20 s (--timeout): memory (")
+    assert [r.split(" ")[0] for r in timed_out.value.waiting] == ["memory"]
     assert [pid for pid in stack.spawned if running(pid)] == []
 
 
