@@ -113,6 +113,19 @@ async def test_a_primary_that_refuses_connections_falls_back(
     assert response.message.text == "Hello from the loopback provider."
 
 
+async def test_a_model_server_that_is_down_is_named_with_its_url_and_setting(
+    nats_server: EmbeddedNats, nc: NATS
+) -> None:
+    down = f"http://127.0.0.1:{closed_port()}/v1"
+    routes = two_targets(down, down, retries=0)
+    async with router(nats_server.url, routes):
+        error = await refusal(nc, ask("hi"))
+
+    assert f"model server at {down}/ (a backend's base_url in RUNBUS_MODEL_ROUTES)" in (
+        error.message
+    )
+
+
 async def test_a_stream_that_is_not_json_counts_as_a_failure_and_falls_back(
     nats_server: EmbeddedNats, nc: NATS
 ) -> None:

@@ -162,7 +162,11 @@ class OpenAIChatModel:
         except openai.APITimeoutError:
             raise ProviderUnavailable(f"no answer within {self.timeout:g}s") from None
         except openai.APIConnectionError as exc:
-            raise ProviderUnavailable(f"connection failed: {exc.__cause__ or exc}") from None
+            # Name the server and where it is configured: the operator's next step.
+            raise ProviderUnavailable(
+                f"model server at {self.client.base_url} (a backend's base_url in "
+                f"RUNBUS_MODEL_ROUTES) does not answer: {exc.__cause__ or exc}"
+            ) from None
         except openai.APIStatusError as exc:
             raise _classify(exc) from None
         except openai.APIError as exc:  # an error event inside the stream
