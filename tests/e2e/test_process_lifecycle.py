@@ -71,3 +71,38 @@ async def test_a_command_gives_up_on_an_unreachable_nats_with_a_clear_error(
         await connect(url, "runbus-test", patience=0.5)
 
     assert time.monotonic() - started < 3
+
+
+async def test_sigterm_stops_a_service_still_waiting_for_its_first_nats_connection(
+    tmp_path: Path,
+) -> None:
+    with EmbeddedNats(tmp_path / "js") as server:
+        url = server.url  # nothing listens there any more
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "runbus_history",
+        env={**os.environ, "RUNBUS_NATS_URL": url, "RUNBUS_DATA_DIR": str(tmp_path)},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    try:
+        assert process.stdout is not None
+        await _wait_for_line(process.stdout, b"connecting to NATS", timeout=30)
+    except BaseException:
+        process.kill()
+        await process.wait()
+        raise
+    process.send_signal(signal.SIGTERM)
+    try:
+        async with asyncio.timeout(15):
+            output = await process.stdout.read()
+            code = await process.wait()
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        raise
+
+    assert code == 0, output.decode()[-2000:]
+    assert b"service_start_abandoned" in output
+    assert b"Traceback" not in output

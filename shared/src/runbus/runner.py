@@ -6,8 +6,9 @@ import contextlib
 import gc
 import signal
 import sys
+from collections.abc import Awaitable
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import nats
@@ -23,6 +24,8 @@ from .progress import Progress, current, install
 from .service import Service
 from .settings import Settings, SettingsError, load_settings
 from .telemetry import setup_tracing
+
+T = TypeVar("T")
 
 DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
 STOP_TIMEOUT = 25.0
@@ -125,7 +128,13 @@ async def serve(factory: ServiceFactory, settings: Settings) -> None:
         loop.add_signal_handler(sig, stop.set)
     try:
         progress.report("connecting to NATS")
-        nc = await connect(resolve_nats_url(settings), f"runbus-{factory.name}")
+        # A stop asked for while NATS is not there yet ends the wait, not ignored by it.
+        nc = await _unless_stopped(
+            connect(resolve_nats_url(settings), f"runbus-{factory.name}"), stop
+        )
+        if nc is None:
+            log.info("service_start_abandoned", step=progress.step)
+            return
         progress.attach(nc)
         progress.report("starting")
         service = factory.from_settings(nc, settings, provider)
@@ -160,21 +169,37 @@ async def serve(factory: ServiceFactory, settings: Settings) -> None:
         provider.shutdown()
 
 
-async def _started(service: Service, stop: asyncio.Event) -> bool:
-    """Start `service`; False if `stop` was set first (the start is cancelled)."""
-    starting = asyncio.ensure_future(service.start())
+async def _unless_stopped(work: Awaitable[T], stop: asyncio.Event) -> T | None:
+    """`work`'s result, or None if `stop` was set first (`work` is then cancelled)."""
+    working = asyncio.ensure_future(work)
     stopped = asyncio.ensure_future(stop.wait())
-    await asyncio.wait({starting, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    await asyncio.wait({working, stopped}, return_when=asyncio.FIRST_COMPLETED)
     stopped.cancel()
-    if starting.done():
-        starting.result()  # a failed start raises here
-        return True
-    starting.cancel()
+    if working.done():
+        return working.result()  # a failure raises here
+    # Cancelled until it ends: nats-py's connect loop can lose one cancellation (Python
+    # 3.11's `wait_for` swallows it when the inner call finished at that moment).
+    while not working.done():
+        working.cancel()
+        await asyncio.wait({working}, timeout=0.1)
     with contextlib.suppress(asyncio.CancelledError, Exception):
-        await starting
+        working.result()
+    return None
+
+
+async def _started(service: Service, stop: asyncio.Event) -> bool:
+    """Start `service`; False if `stop` was set first (the start is cancelled and what it
+    had opened is closed)."""
+    if await _unless_stopped(_start(service), stop):
+        return True
     with contextlib.suppress(Exception):
         await service.stop()
     return False
+
+
+async def _start(service: Service) -> bool:
+    await service.start()
+    return True
 
 
 async def _close_quietly(nc: NATS) -> None:
