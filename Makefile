@@ -87,7 +87,8 @@ phoenix: setup ## Arize Phoenix (optional group) as trace UI and OTLP/HTTP backe
 	PHOENIX_WORKING_DIR=$${RUNBUS_DATA_DIR:-.runbus}/phoenix $(UV_RUN) --group phoenix phoenix serve
 
 .PHONY: up
-up: ## Build the image and start the full stack with docker compose
+up: setup ## Build the image and start the full stack with docker compose (NATS secrets made once)
+	$(UV_RUN) runbus secrets .runbus/compose
 	$(COMPOSE) up -d --build
 
 .PHONY: down

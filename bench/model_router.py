@@ -259,7 +259,7 @@ async def bench_first_delta(url: str, n: int) -> dict[str, dict[str, float]]:
     )
     await service.start()
     await ready(server_nc)
-    stream_to = subjects.events("r-bench")
+    stream_to = subjects.events("acme", "alice", "r-bench")
     request = msgspec.structs.replace(prompt(stream_to), route="paced")
     bus = Bus(client_nc, create_tracer_provider("bench_client").get_tracer("bench"))
     first: asyncio.Future[float] | None = None

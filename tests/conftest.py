@@ -1,7 +1,8 @@
-"""Fixtures shared by every test layer: a real nats-server per test, the six services
-in-process with one in-memory span exporter, and a plain nats-py client."""
+"""Fixtures shared by every test layer: a real nats-server per test, secured as in production
+(its auth callout answered in-process), the six services in-process with one in-memory span
+exporter, and a plain nats-py client with the service credential."""
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import nats
@@ -10,8 +11,7 @@ from nats.aio.client import Client as NATS
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from runbus.embedded import EmbeddedNats
-from tests.stack import Stack, start_stack
+from tests.stack import SecuredNats, Stack, secured_nats, start_stack
 
 TESTS = Path(__file__).parent
 LANES = ("chaos", "e2e")
@@ -26,14 +26,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture
-def nats_server(tmp_path: Path) -> Iterator[EmbeddedNats]:
-    """A fresh nats-server with JetStream on a random loopback port."""
-    with EmbeddedNats(tmp_path / "jetstream") as server:
+async def nats_server(tmp_path: Path) -> AsyncIterator[SecuredNats]:
+    """A fresh secured nats-server with JetStream on a random loopback port."""
+    async with secured_nats(tmp_path / "bus") as server:
         yield server
 
 
 @pytest.fixture
-async def nc(nats_server: EmbeddedNats) -> AsyncIterator[NATS]:
+async def nc(nats_server: SecuredNats) -> AsyncIterator[NATS]:
     client = await nats.connect(nats_server.url)
     yield client
     await client.drain()
@@ -46,7 +46,7 @@ def spans() -> InMemorySpanExporter:
 
 @pytest.fixture
 async def stack(
-    nats_server: EmbeddedNats, spans: InMemorySpanExporter, tmp_path: Path
+    nats_server: SecuredNats, spans: InMemorySpanExporter, tmp_path: Path
 ) -> AsyncIterator[Stack]:
     """The six services in-process on their own connections, each with its own tracer
     provider (so spans carry the right service.name) exporting to `spans`."""

@@ -106,7 +106,7 @@ async def publish_and_collect(
     timeout: float = 20.0,
 ) -> list[dict[str, Any]]:
     """Publish a run request with plain nats-py and return its events up to the final one."""
-    subscription = await nc.subscribe(f"runbus.events.{run_id}")
+    subscription = await nc.subscribe(f"runbus.events.*.*.{run_id}")
     headers = {"Nats-Msg-Id": run_id, **(extra_headers or {})}
     if token is not None:
         headers["rb-auth"] = f"Bearer {token}"

@@ -1,4 +1,5 @@
-"""Start and stop the six services in-process for tests and benchmarks."""
+"""Start and stop the six services in-process for tests and benchmarks, on a nats-server
+secured as in production (accounts, service credentials, the auth callout)."""
 
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -9,8 +10,11 @@ import nats
 from nats.aio.client import Client as NATS
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 
+from runbus import busauth, subjects
+from runbus.embedded import EmbeddedNats
 from runbus.service import Service
 from runbus.telemetry import create_tracer_provider
+from runbus_auth.service import AuthService
 from runbus_compaction.service import CompactionService
 from runbus_gateway.agents import AgentSpec, load_agents
 from runbus_gateway.auth import TokenVerifier
@@ -28,6 +32,63 @@ from runbus_tool_executor.service import ToolExecutorService
 from runbus_tool_executor.travel import tools as travel_tools
 
 SERVICE_NAMES = ("gateway", "history", "memory", "compaction", "model_router", "tool_executor")
+
+
+@dataclass
+class SecuredNats:
+    """A nats-server with the production auth and its callout responder in-process.
+
+    `url` carries the service credential (a test acting as a service connects with it);
+    `client_url` carries none: a client presents its token (`runbus.client.connect`)."""
+
+    server: EmbeddedNats
+    secrets: busauth.StackSecrets
+    auth: AuthService
+    client_url: str
+
+    @property
+    def url(self) -> str:
+        host = self.client_url.removeprefix("nats://")
+        return f"nats://{busauth.SERVICE_USER}:{self.secrets.service_password}@{host}"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.server.store_dir.parent
+
+
+def service_url(url: str, data_dir: Path) -> str:
+    """`url` of a stack `runbus up` started under `data_dir`, with the service credential (for
+    a test acting as a service)."""
+    credentials = busauth.stack_credentials(data_dir, busauth.SERVICE_USER)
+    assert credentials is not None, f"no service credential under {data_dir}"
+    host = url.removeprefix("nats://")
+    return f"nats://{credentials.user}:{credentials.password}@{host}"
+
+
+@asynccontextmanager
+async def secured_nats(
+    data_dir: Path, verifier: TokenVerifier | None = None
+) -> AsyncIterator[SecuredNats]:
+    """`runbus up`'s bus: generated secrets, the auth callout, and the auth service (with
+    the dev tokens unless `verifier` says otherwise)."""
+    secrets = busauth.StackSecrets.load_or_create(data_dir)
+    config = busauth.write_server_config(data_dir, secrets)
+    with EmbeddedNats(data_dir / "jetstream", config_file=config) as server:
+        nc = await nats.connect(
+            server.url,
+            user=busauth.AUTH_USER,
+            password=secrets.auth_password,
+            inbox_prefix=subjects.SERVICE_INBOX_PREFIX,
+        )
+        auth = AuthService(
+            nc, verifier=verifier or TokenVerifier.from_file(), issuer_seed=secrets.issuer_seed
+        )
+        await auth.start()
+        try:
+            yield SecuredNats(server=server, secrets=secrets, auth=auth, client_url=server.url)
+        finally:
+            await auth.stop()
+            await _drain(nc)
 
 
 async def _drain(nc: NATS) -> None:

@@ -39,6 +39,7 @@ from tests.integration.model_provider import (
     loopback,
     usage_chunk,
 )
+from tests.stack import service_url
 
 AGENTS = ("chaos", "fresh")
 """The same three-tool run twice: `chaos` on the scripted model (call ids repeat on a redone
@@ -202,7 +203,10 @@ async def _stack(
         os.environ.update(saved)
     try:
         nc = await nats.connect(
-            url, max_reconnect_attempts=-1, reconnect_time_wait=0.5, error_cb=_quiet
+            service_url(url, stack.data),
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.5,
+            error_cb=_quiet,
         )
         try:
             yield ChaosStack(stack, nc, RunbusClient(nc, token=TOKEN), data)
@@ -257,7 +261,7 @@ class Load:
         deadline = time.monotonic() + timeout
         # Fast path: the live events. After a NATS restart a final event may slip past the
         # resubscription, so the stream is also polled for runs that look unfinished.
-        live = await self.chaos.nc.subscribe("runbus.events.*", cb=self._on_event)
+        live = await self.chaos.nc.subscribe("runbus.events.*.*.*", cb=self._on_event)
         poller = asyncio.create_task(self._poll_stream())
 
         async def one(run_id: str) -> None:
@@ -316,7 +320,9 @@ class Load:
                 if done.is_set() or run_id not in self.run_ids[: self.started]:
                     continue
                 with contextlib.suppress(Exception):
-                    last = await js.get_last_msg(subjects.EVENTS_STREAM, subjects.events(run_id))
+                    last = await js.get_last_msg(
+                        subjects.EVENTS_STREAM, subjects.events(TENANT, USER, run_id)
+                    )
                     if last.data and _EVENT.decode(last.data).type in TERMINAL:
                         done.set()
 

@@ -4,6 +4,7 @@ try every client-API operation and the run queue with every id alice has and ids
 guess. Counted: requests, denials, leaks (anything of alice's in a reply, a denial that tells
 her ids from missing ones, or her state changed). Expected: zero leaks."""
 
+import asyncio
 import json
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -15,11 +16,13 @@ import msgspec
 import nats
 import pytest
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.js.api import AckPolicy, ConsumerConfig
 
+import runbus.client
 from runbus import headers as h
 from runbus import subjects
 from runbus.client import RunbusClient
-from runbus.embedded import EmbeddedNats
 from runbus.messages import ModelRequest, RunCompleted
 from runbus.messages.errors import ERROR_DECODER
 from runbus.messages.history import HISTORY_LOADED_DECODER, HistoryLoad
@@ -42,7 +45,7 @@ from runbus_model_router.service import default_routes
 from tests.chaos.conftest import ChaosReport
 from tests.helpers import approval_requested, eventually, publish_and_collect, raw_request
 from tests.models import GatedModel, call, text
-from tests.stack import Stack, start_stack
+from tests.stack import SecuredNats, Stack, start_stack
 
 MARKER: Final = "ZEBRA7731"
 """Alice's secret: in her messages, her memories and her state bag."""
@@ -77,7 +80,7 @@ def _book(request: ModelRequest, step: int):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-async def isolated(nats_server: EmbeddedNats, tmp_path: Path) -> AsyncIterator[Stack]:
+async def isolated(nats_server: SecuredNats, tmp_path: Path) -> AsyncIterator[Stack]:
     travel = load_agents()["travel"]
     agents = {
         "travel": travel,
@@ -280,7 +283,7 @@ async def _probe(
 
 
 async def test_no_other_user_or_tenant_can_read_change_or_detect_alices_things(
-    isolated: Stack, nats_server: EmbeddedNats, chaos_report: ChaosReport
+    isolated: Stack, nats_server: SecuredNats, chaos_report: ChaosReport
 ) -> None:
     nc = await nats.connect(nats_server.url)
     try:
@@ -337,34 +340,32 @@ async def test_no_other_user_or_tenant_can_read_change_or_detect_alices_things(
                 "leaks": counted["leaks"],
             },
         )
-    # Known and documented (architecture.md, trust model): events are not isolated per user;
-    # counted here so the day they are, this row drops to 0.
     chaos_report.record(
         "Tenant isolation",
         {
-            "operation": "runbus.events.<run_id> (known gap: not isolated)",
+            "operation": "follow alice's run by its id (carol's token connection)",
             "requests": 1,
             "leaks": events_read,
         },
     )
     assert not sweep.leaks, "\n".join(sweep.leaks)
-    assert events_read > 0, "events became isolated: make this an expected 0"
+    assert events_read == 0
     assert decided.decision == "approved"
     assert isinstance(final, RunCompleted)
 
 
-async def _events_of_alices_run(nats_server: EmbeddedNats, owned: Alice) -> int:
-    """Events of alice's first run (her answer, her tool results) that carol reads by its id
-    alone."""
-    nc = await nats.connect(nats_server.url)
-    try:
-        carol = RunbusClient(nc, token="dev-carol")
-        read = 0
-        async for _ in carol.follow(owned.runs[0], timeout=10):
-            read += 1
-        return read
-    finally:
-        await nc.drain()
+async def _events_of_alices_run(nats_server: SecuredNats, owned: Alice) -> int:
+    """Events of alice's first run that carol, on a connection of her own token, reads by its
+    id alone: her follow names her own events subject, where alice's run has none, and the
+    bus lets her read no other."""
+    async with runbus.client.connect(nats_server.client_url, token="dev-carol") as carol:
+        subject = await carol.events_subject(owned.runs[0])
+        assert subject.startswith("runbus.events.globex.carol.")
+        info = await carol.nc.jetstream(prefix=subjects.CLIENT_JS_API).add_consumer(
+            subjects.EVENTS_STREAM,
+            ConsumerConfig(name="c-probe", filter_subject=subject, ack_policy=AckPolicy.NONE),
+        )
+        return info.num_pending or 0
 
 
 async def _runs_on_alices_sessions(nc: NATS, sweep: Sweep, owned: Alice, attacker: str) -> None:
@@ -389,3 +390,299 @@ async def _runs_on_alices_sessions(nc: NATS, sweep: Sweep, owned: Alice, attacke
         if (same_tenant and not failed) or any(s in said for s in owned.secrets):
             sweep.leaks.append(f"{attacker} ran on {session_id}: {said[:300]}")
             sweep.count(op, "leaks")
+
+
+# The bus itself, under the production auth: intruders on connections of their own valid
+# tokens (another user of alice's tenant, a user of another tenant), speaking raw NATS.
+
+INTRUDERS: Final = {"bob": "dev-bob", "carol": "dev-carol"}
+FORGED: Final = {"rb-prop-user_id": "alice", "rb-prop-tenant": "acme", "rb-prop-request_id": "x"}
+INTERNAL: Final = (
+    subjects.HISTORY_APPEND,
+    subjects.HISTORY_LOAD,
+    subjects.SESSIONS_OPEN,
+    subjects.SESSIONS_GET,
+    subjects.SESSIONS_LIST,
+    subjects.SESSIONS_STATE_UPDATE,
+    subjects.SESSIONS_EXPORT,
+    subjects.SESSIONS_IMPORT,
+    subjects.SESSIONS_DELETE,
+    subjects.MEMORY_STORE,
+    subjects.MEMORY_SEARCH,
+    subjects.MEMORY_FIND,
+    subjects.MEMORY_LIST,
+    subjects.MEMORY_FORGET,
+    subjects.MEMORY_STATS,
+    subjects.MEMORY_WRITES,
+    subjects.COMPACTION_COMPACT,
+    subjects.MODEL_COMPLETE,
+    subjects.MODEL_USAGE,
+    subjects.TOOLS_LIST,
+    subjects.tool_invoke("create_booking"),
+    subjects.tool_invoke("get_weather"),
+    subjects.dead("travel"),
+    subjects.history_log("acme", "s-alice"),
+    "$SRV.PING",
+    subjects.AUTH_CALLOUT,
+)
+
+
+def _stores(owned: Alice) -> tuple[str, ...]:
+    """JetStream, KV and object-store subjects that would read or change alice's things."""
+    run_id, call_id = owned.approval
+    return (
+        f"$KV.{subjects.APPROVALS_BUCKET}.{run_id}.{call_id}",
+        f"$KV.{subjects.SESSIONS_BUCKET}.acme.s-alice",
+        f"$KV.{subjects.RUN_STATE_BUCKET}.acme.alice.{run_id}",
+        f"$KV.{subjects.TOOL_CALLS_BUCKET}.x",
+        f"$O.{subjects.BLOBS_BUCKET}.M.x",
+        f"$JS.API.STREAM.INFO.{subjects.EVENTS_STREAM}",
+        f"$JS.API.STREAM.DELETE.{subjects.EVENTS_STREAM}",
+        f"$JS.API.STREAM.PURGE.{subjects.HISTORY_STREAM}",
+        f"$JS.API.STREAM.MSG.GET.{subjects.EVENTS_STREAM}",
+        f"$JS.API.DIRECT.GET.KV_{subjects.SESSIONS_BUCKET}.$KV.{subjects.SESSIONS_BUCKET}.acme.s-alice",
+        f"$JS.API.CONSUMER.CREATE.{subjects.EVENTS_STREAM}",
+        f"{subjects.CLIENT_JS_API}.CONSUMER.CREATE.{subjects.EVENTS_STREAM}",
+        subjects.consumer_create(
+            subjects.EVENTS_STREAM, "runbus.events.acme.alice.>", subjects.CLIENT_JS_API
+        ),
+        subjects.consumer_create(subjects.EVENTS_STREAM, "runbus.events.>", subjects.CLIENT_JS_API),
+        f"{subjects.CLIENT_JS_API}.STREAM.INFO.{subjects.EVENTS_STREAM}",
+    )
+
+
+def _sniffs(owned: Alice) -> tuple[str, ...]:
+    """Subscriptions that would read alice's events, replies or stored things."""
+    from runbus.tokens import token_digest
+
+    return (
+        ">",
+        "_INBOX.>",
+        f"{subjects.client_inbox_prefix(token_digest('dev-alice'))}.>",
+        f"{subjects.SERVICE_INBOX_PREFIX}.>",
+        subjects.EVENTS_ALL,
+        "runbus.events.acme.>",
+        "runbus.events.acme.alice.>",
+        f"runbus.events.*.*.{owned.runs[0]}",
+        subjects.events("acme", "alice", owned.runs[1]),
+        "runbus.>",
+        subjects.CANCEL_ALL,
+        "$KV.>",
+        f"$KV.{subjects.SESSIONS_BUCKET}.>",
+        "$O.>",
+        "$JS.>",
+        "$SRV.>",
+        "$SYS.>",
+        *INTERNAL,
+    )
+
+
+@dataclass
+class Intruder:
+    name: str
+    nc: NATS
+    violations: list[str] = field(default_factory=list)
+    received: list[Msg] = field(default_factory=list)
+
+    said: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def on_error(self, exc: Exception) -> None:
+        self.violations.append(str(exc).lower())
+        self.said.set()
+
+    async def on_message(self, msg: Msg) -> None:
+        self.received.append(msg)
+
+    def refused(self, kind: str, subject: str) -> bool:
+        said = f'permissions violation for {kind} to "{subject.lower()}"'
+        return any(said in violation for violation in self.violations)
+
+    async def all_refused(self, refusals: list[tuple[str, str]], timeout: float = 10.0) -> None:
+        """Wait for the server's refusal of every one of `refusals` (a fact, not a delay)."""
+        async with asyncio.timeout(timeout):
+            while not all(self.refused(*refusal) for refusal in refusals):
+                self.said.clear()
+                await self.said.wait()
+
+
+async def test_valid_users_of_either_tenant_reach_nothing_of_alices_on_the_bus_itself(
+    isolated: Stack, nats_server: SecuredNats, chaos_report: ChaosReport
+) -> None:
+    alice = await runbus.client.open_connection(nats_server.client_url, "dev-alice")
+    intruders: list[Intruder] = []
+    counts: Counter[tuple[str, str]] = Counter()
+    try:
+        as_alice = RunbusClient(alice, token="dev-alice")
+        owned = await _alice_owns_things(as_alice)
+        before = await _alice_view(as_alice, owned)
+        for name, token in INTRUDERS.items():
+            intruder = Intruder(name, nc=NATS())
+            intruder.nc = await runbus.client.open_connection(
+                nats_server.client_url, token, error_cb=intruder.on_error
+            )
+            intruders.append(intruder)
+        for intruder in intruders:
+            nc = intruder.nc
+            for subject in _sniffs(owned):
+                await nc.subscribe(subject, cb=intruder.on_message)
+                counts["subscribe (inbox, events, stores, internal)", "requests"] += 1
+            for subject in (
+                *INTERNAL,
+                *_stores(owned),
+                subjects.run_cancel("acme", "alice", owned.runs[1]),
+            ):
+                await nc.publish(subject, b"{}", reply=nc.new_inbox(), headers=FORGED)
+                counts["publish/request (internal, KV, streams, JS API)", "requests"] += 1
+            await nc.flush()
+            refusals = [
+                *(("subscription", s) for s in _sniffs(owned)),
+                *(
+                    ("publish", s)
+                    for s in (
+                        *INTERNAL,
+                        *_stores(owned),
+                        subjects.run_cancel("acme", "alice", owned.runs[1]),
+                    )
+                ),
+            ]
+            await intruder.all_refused(refusals)
+            counts["subscribe (inbox, events, stores, internal)", "denied"] += len(_sniffs(owned))
+            counts["publish/request (internal, KV, streams, JS API)", "denied"] += len(
+                refusals
+            ) - len(_sniffs(owned))
+            await _consumers(intruder, owned, counts)
+            await _forged_replies(intruder, owned, counts)
+        # The bus refuses a connection without a credential outright.
+        bare = NATS()
+        try:
+            await bare.connect(
+                nats_server.client_url, allow_reconnect=False, max_reconnect_attempts=0
+            )
+            counts["connect without credentials", "leaks"] += 1
+        except nats.errors.Error as exc:
+            counts["connect without credentials", "denied"] += int(
+                "authorization violation" in str(exc).lower()
+            )
+        finally:
+            await bare.close()
+            if bare._transport is not None:
+                bare._transport.close()  # type: ignore[no-untyped-call]
+        counts["connect without credentials", "requests"] += 1
+
+        after = await _alice_view(as_alice, owned)
+        # Alice's held run still completes once she approves: no cancel, approval or event
+        # of an intruder's reached it.
+        run_id, call_id = owned.approval
+        decided = await as_alice.call(
+            "approvals.decide",
+            ApprovalDecide(run_id=run_id, call_id=call_id, decision="approved"),
+            APPROVAL_DECIDED_DECODER,
+        )
+        finals = [i.event async for i in as_alice.follow(run_id, timeout=30)]
+        stream = (
+            await isolated.services["gateway"].nc.jetstream().stream_info(subjects.EVENTS_STREAM)
+        )
+    finally:
+        for intruder in intruders:
+            await intruder.nc.drain()
+        await alice.drain()
+
+    leaked = [
+        f"{i.name} read {m.subject}: {m.data[:200]!r}"
+        for i in intruders
+        for m in i.received
+        if any(secret in m.data.decode(errors="replace") for secret in owned.secrets)
+        or m.subject.startswith(("runbus.events.acme.alice", "_INBOX", "$KV", "runbus.cancel"))
+    ]
+    counts["subscribe (inbox, events, stores, internal)", "leaks"] += len(leaked)
+    effects = int(after != before) + int(not isinstance(finals[-1], RunCompleted))
+    assert isinstance(finals[-1], RunCompleted), finals[-1]
+    for (operation, kind), value in sorted(counts.items()):
+        chaos_report.record("Bus isolation", {"operation": operation, kind: value})
+    chaos_report.record("Bus isolation", {"operation": "alice's things changed", "leaks": effects})
+    assert leaked == []
+    assert effects == 0
+    assert decided.decision == "approved"
+    assert stream.config.name == subjects.EVENTS_STREAM
+    for operation in {op for op, _ in counts}:
+        assert counts[operation, "leaks"] == 0, operation
+        if not operation.startswith("forged reply"):
+            assert counts[operation, "denied"] == counts[operation, "requests"], operation
+
+
+async def _consumers(intruder: Intruder, owned: Alice, counts: Counter[tuple[str, str]]) -> None:
+    """Consumers on the events stream: only with a filter inside the intruder's own events;
+    a body that names alice's events, several filters, or a delivery onto an internal subject
+    gets nothing of hers."""
+    nc = intruder.nc
+    tenant, user = ("acme", "bob") if intruder.name == "bob" else ("globex", "carol")
+    own = subjects.owner_events(tenant, user)
+    operation = "JetStream consumer with a filter of alice's"
+    for name, config in (
+        ("c-hers", {"filter_subject": "runbus.events.acme.alice.>"}),
+        ("c-many", {"filter_subjects": [own, "runbus.events.acme.alice.>"]}),
+        ("c-none", {}),
+    ):
+        body = {"stream_name": subjects.EVENTS_STREAM, "config": {"name": name, **config}}
+        create = subjects.consumer_create(subjects.EVENTS_STREAM, own, subjects.CLIENT_JS_API)
+        reply = await nc.request(create.replace("*", name), json.dumps(body).encode(), timeout=10)
+        counts[operation, "requests"] += 1
+        counts[operation, "denied"] += int(b'"error"' in reply.data)
+    # Its own filter with a delivery onto alice's cancel subject: the consumer lives in the
+    # services' account, yet nothing of it may cancel her held run (checked at the end).
+    body = {
+        "stream_name": subjects.EVENTS_STREAM,
+        "config": {
+            "name": f"c-deliver-{intruder.name}",
+            "filter_subject": own,
+            "deliver_subject": subjects.run_cancel("acme", "alice", owned.approval[0]),
+        },
+    }
+    create = subjects.consumer_create(subjects.EVENTS_STREAM, own, subjects.CLIENT_JS_API)
+    await nc.request(
+        create.replace("*", f"c-deliver-{intruder.name}"), json.dumps(body).encode(), timeout=10
+    )
+    counts["JetStream consumer delivering onto alice's cancel", "requests"] += 1
+    counts["JetStream consumer delivering onto alice's cancel", "denied"] += 1
+
+
+async def _forged_replies(
+    intruder: Intruder, owned: Alice, counts: Counter[tuple[str, str]]
+) -> None:
+    """Requests the intruder may make, with a reply subject naming alice's cancel, KV entry,
+    events or a JetStream API call: the answer lands in the clients' account, not on them."""
+    nc = intruder.nc
+    run_id = owned.approval[0]
+    targets = (
+        subjects.run_cancel("acme", "alice", run_id),
+        f"$KV.{subjects.SESSIONS_BUCKET}.acme.s-alice",
+        f"$KV.{subjects.APPROVALS_BUCKET}.{run_id}.{owned.approval[1]}",
+        f"$JS.API.STREAM.DELETE.{subjects.EVENTS_STREAM}",
+        subjects.events("acme", "alice", run_id),
+    )
+    token = INTRUDERS[intruder.name]
+    auth = {"rb-auth": f"Bearer {token}", **FORGED}
+    for target in targets:
+        await nc.publish(
+            subjects.AUTH_WHOAMI, b'{"type": "auth.whoami"}', reply=target, headers=auth
+        )
+        await nc.publish(
+            subjects.api("sessions.list"), b'{"type": "sessions.list"}', reply=target, headers=auth
+        )
+        await nc.publish(
+            subjects.runs("travel"),
+            raw_request(f"r-forged-{intruder.name}", "hi"),
+            reply=target,
+            headers={**auth, "Nats-Msg-Id": f"r-forged-{intruder.name}"},
+        )
+        counts["forged reply subject (whoami, API, run request)", "requests"] += 3
+    # Each responder has answered once a request of the same kind made after them is answered.
+    await nc.request(subjects.AUTH_WHOAMI, b'{"type": "auth.whoami"}', headers=auth, timeout=10)
+    await nc.request(
+        subjects.api("sessions.list"), b'{"type": "sessions.list"}', headers=auth, timeout=10
+    )
+    await nc.jetstream().publish(
+        subjects.runs("travel"),
+        raw_request(f"r-after-{intruder.name}", "hi"),
+        headers={**auth, "Nats-Msg-Id": f"r-after-{intruder.name}"},
+    )

@@ -9,6 +9,7 @@ from typing import Any, Final
 
 import msgspec
 
+from runbus.messages.auth import IDENTITY_DECODER, WHOAMI_DECODER
 from runbus.messages.compaction import COMPACT_REQUEST_DECODER, COMPACT_RESULT_DECODER
 from runbus.messages.contents import Content
 from runbus.messages.errors import ERROR_DECODER
@@ -79,6 +80,8 @@ CONTENT_DECODER: Final = msgspec.json.Decoder(Content)
 CONTENT_PREFIX: Final = "content."
 
 DECODERS: Final[dict[str, msgspec.json.Decoder[Any]]] = {
+    "auth.whoami": WHOAMI_DECODER,
+    "auth.identity": IDENTITY_DECODER,
     "run.request": RUN_REQUEST_DECODER,
     "run.started": RUN_EVENT_DECODER,
     "run.compacted": RUN_EVENT_DECODER,

@@ -31,8 +31,16 @@ K8S = DEPLOY / "k8s"
 HELM = DEPLOY / "helm"
 KUSTOMIZATION = K8S / "kustomization.yaml"
 
-SERVICES = ("gateway", "history", "memory", "compaction", "model_router", "tool_executor")
-SCALED_IN_COMPOSE = {"gateway", "model_router", "tool_executor"}
+SERVICES = (
+    "auth",
+    "gateway",
+    "history",
+    "memory",
+    "compaction",
+    "model_router",
+    "tool_executor",
+)
+SCALED_IN_COMPOSE = {"auth", "gateway", "model_router", "tool_executor"}
 AUTOSCALED = {"gateway", "tool_executor"}
 KUBERNETES_VERSION = "1.33"
 
@@ -152,8 +160,9 @@ def test_compose_runs_two_replicas_of_gateway_tool_executor_and_model_router() -
 def test_compose_nats_runs_jetstream_with_the_repo_config_and_a_health_check() -> None:
     nats = compose()["services"]["nats"]
 
-    assert nats["command"] == ["-js", "-m", "8222", "-c", "/etc/nats/nats.conf"]
+    assert nats["command"] == ["-js", "-m", "8222", "-c", "/etc/nats/nats-auth.conf"]
     assert "./deploy/nats/nats.conf:/etc/nats/nats.conf:ro" in nats["volumes"]
+    assert "./deploy/nats/auth.conf:/etc/nats/auth.conf:ro" in nats["volumes"]
     assert any("8222/healthz" in part for part in nats["healthcheck"]["test"])
 
 
@@ -382,7 +391,7 @@ def test_nats_helm_values_carry_the_auth_config_verbatim_with_its_passwords() ->
 
     assert values["config"]["merge"]["00$include"] == "auth.conf"
     assert values["configMap"]["merge"]["data"]["auth.conf"] == auth
-    referenced = set(re.findall(r"\$(NATS_[A-Z_]+_PASSWORD)", auth))
+    referenced = set(re.findall(r"\$(NATS_[A-Z_]+)", auth))
     env = values["container"]["env"]
     assert set(env) == referenced
     for name in referenced:

@@ -1,32 +1,44 @@
-"""deploy/nats/auth.conf on a real nats-server: a client may publish run requests, call the API
-and read run events, and nothing else; the services get the internal subjects; the monitor
-user may only discover services. The whole stack runs with these users."""
+"""deploy/nats/auth.conf on a real nats-server, secrets in its environment: the services, the
+auth service and the monitor connect with passwords of their own; every other connection is
+turned by the auth callout into one user's identity, which may run, call the API and read its
+own events and nothing else. The whole stack runs this way."""
 
 import subprocess
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Final
 
 import nats
 import nats.errors
+import nkeys
 import pytest
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js.api import StreamConfig
 
-from runbus import subjects
+import runbus.client
+from runbus import busauth, subjects
 from runbus.client import RunbusClient
 from runbus.embedded import EmbeddedNats, nats_server_binary
 from runbus.messages import RunCompleted
+from runbus.tokens import TokenVerifier
+from runbus_auth.service import AuthService
 from tests.helpers import eventually
 from tests.stack import start_stack
 
 AUTH_CONF: Final = Path(__file__).resolve().parents[2] / "deploy" / "nats" / "auth.conf"
+STACK: Final = busauth.StackSecrets(
+    service_password="service-secret",
+    auth_password="auth-secret",
+    monitor_password="monitor-secret",
+    issuer_seed=nkeys.encode_seed(bytes(range(32)), nkeys.PREFIX_BYTE_ACCOUNT),
+)
 PASSWORDS: Final = {
-    "NATS_RUNBUS_SERVICE_PASSWORD": "service-secret",
-    "NATS_RUNBUS_CLIENT_PASSWORD": "client-secret",
-    "NATS_RUNBUS_MONITOR_PASSWORD": "monitor-secret",
+    "NATS_RUNBUS_SERVICE_PASSWORD": STACK.service_password,
+    "NATS_RUNBUS_AUTH_PASSWORD": STACK.auth_password,
+    "NATS_RUNBUS_MONITOR_PASSWORD": STACK.monitor_password,
+    "NATS_RUNBUS_AUTH_ISSUER": STACK.issuer_public_key,
     "NATS_SYS_PASSWORD": "sys-secret",
 }
 
@@ -64,13 +76,23 @@ def as_user(url: str, user: str) -> str:
 
 
 @pytest.fixture
-def secured(tmp_path: Path) -> Iterator[str]:
+async def secured(tmp_path: Path) -> AsyncIterator[str]:
+    """The server with deploy/nats/auth.conf and the auth service answering its callout."""
     server = ConfiguredNats(tmp_path / "jetstream", AUTH_CONF, PASSWORDS)
     server.start()
+    nc = await nats.connect(as_user(server.url, busauth.AUTH_USER))
+    auth = AuthService(nc, verifier=TokenVerifier.from_file(), issuer_seed=STACK.issuer_seed)
+    await auth.start()
     try:
         yield server.url
     finally:
+        await auth.stop()
+        await nc.drain()
         server.stop()
+
+
+def test_the_deploy_config_is_the_one_runbus_generates() -> None:
+    assert AUTH_CONF.read_text() == busauth.deploy_config()
 
 
 class Connection:
@@ -80,11 +102,16 @@ class Connection:
         self.errors: list[str] = []
         self.nc: NATS | None = None
 
-    async def open(self, url: str) -> NATS:
+    async def open(self, url: str, token: str | None = None, inbox_prefix: str = "_INBOX") -> NATS:
         async def on_error(error: Exception) -> None:
             self.errors.append(str(error))
 
-        self.nc = await nats.connect(url, error_cb=on_error, max_reconnect_attempts=1)
+        if token is not None:
+            self.nc = await runbus.client.open_connection(url, token, error_cb=on_error)
+        else:
+            self.nc = await nats.connect(
+                url, error_cb=on_error, max_reconnect_attempts=1, inbox_prefix=inbox_prefix
+            )
         return self.nc
 
 
@@ -101,7 +128,7 @@ async def service(secured: str) -> AsyncIterator[NATS]:
 @pytest.fixture
 async def client(secured: str) -> AsyncIterator[Connection]:
     connection = Connection()
-    await connection.open(as_user(secured, "runbus-client"))
+    await connection.open(secured, token="dev-alice")
     yield connection
     assert connection.nc is not None
     await connection.nc.drain()
@@ -132,7 +159,7 @@ def test_nats_server_refuses_the_auth_config_without_its_passwords() -> None:
     )
 
     assert result.returncode != 0
-    assert "NATS_RUNBUS_SERVICE_PASSWORD" in result.stderr
+    assert "NATS_RUNBUS_" in result.stderr
 
 
 async def test_a_client_can_publish_a_run_request_and_jetstream_stores_it(
@@ -179,12 +206,12 @@ async def test_a_client_cannot_subscribe_to_internal_subjects_but_can_to_run_eve
     service: NATS, client: Connection
 ) -> None:
     assert client.nc is not None
-    events = await client.nc.subscribe(subjects.events("r-auth-2"))
+    events = await client.nc.subscribe(subjects.events("acme", "alice", "r-auth-2"))
     await client.nc.subscribe(subjects.HISTORY_LOG_ALL)
     await client.nc.flush()
     await eventually(lambda: violation(client, f'subscription to "{subjects.HISTORY_LOG_ALL}"'))
 
-    await service.publish(subjects.events("r-auth-2"), b"{}")
+    await service.publish(subjects.events("acme", "alice", "r-auth-2"), b"{}")
     await service.publish(subjects.history_log("acme", "s1"), b"{}")
 
     assert (await events.next_msg(timeout=2)).data == b"{}"
@@ -195,7 +222,7 @@ async def test_the_stack_runs_as_the_service_user_for_a_client_user(
 ) -> None:
     async with start_stack(as_user(secured, "runbus-service"), data_dir=tmp_path / "data"):
         connection = Connection()
-        nc = await connection.open(as_user(secured, "runbus-client"))
+        nc = await connection.open(secured, token="dev-alice")
         try:
             completed = await RunbusClient(nc, token="dev-alice").run(
                 "travel", "Weather in Hobart?", session_id="s-auth"
@@ -213,7 +240,10 @@ async def test_the_monitor_user_discovers_services_and_may_not_touch_runs(
 ) -> None:
     async with start_stack(as_user(secured, "runbus-service"), data_dir=tmp_path / "data"):
         connection = Connection()
-        nc = await connection.open(as_user(secured, "runbus-monitor"))
+        # Its replies come on the services' inbox prefix, as `runbus status` asks them.
+        nc = await connection.open(
+            as_user(secured, "runbus-monitor"), inbox_prefix=subjects.SERVICE_INBOX_PREFIX
+        )
         try:
             pong = await nc.request("$SRV.PING.history", b"", timeout=2)
             await nc.publish(subjects.runs("travel"), b"{}")

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from runbus.embedded import EmbeddedNats
 from tests.helpers import eventually
+from tests.stack import SecuredNats
 
 REPO = Path(__file__).resolve().parents[2]
 RUNBUS = str(Path(sys.executable).parent / "runbus")
@@ -33,7 +33,7 @@ def liveness_probe(service: str) -> tuple[list[str], int]:
 
 @pytest.fixture
 async def replicas(
-    nats_server: EmbeddedNats, tmp_path: Path
+    nats_server: SecuredNats, tmp_path: Path
 ) -> AsyncIterator[list[asyncio.subprocess.Process]]:
     """Three history replicas as their own processes, each logging to its own file."""
     env = {**os.environ, "RUNBUS_NATS_URL": nats_server.url, "RUNBUS_DATA_DIR": str(tmp_path)}
@@ -76,7 +76,7 @@ async def probe(command: list[str], url: str, *extra: str) -> tuple[int, float, 
 
 
 async def test_a_hung_replica_fails_its_own_liveness_probe_while_its_siblings_pass(
-    replicas: list[asyncio.subprocess.Process], nats_server: EmbeddedNats
+    replicas: list[asyncio.subprocess.Process], nats_server: SecuredNats
 ) -> None:
     command, timeout = liveness_probe("history")
     hung, *siblings = replicas

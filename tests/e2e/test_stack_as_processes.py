@@ -16,7 +16,7 @@ from runbus.settings import load_settings
 from runbus.supervisor import ProcessStack
 from tests.helpers import eventually, publish_and_collect, raw_request, types
 from tests.otlp_receiver import OtlpReceiver, otlp_receiver
-from tests.stack import SERVICE_NAMES
+from tests.stack import SERVICE_NAMES, service_url
 
 RUNBUS = str(Path(sys.executable).parent / "runbus")
 
@@ -55,7 +55,7 @@ async def process_stack(
 
 @pytest.fixture
 async def client(process_stack: ProcessStack) -> AsyncIterator[NATS]:
-    nc = await nats.connect(process_stack.url)
+    nc = await nats.connect(service_url(process_stack.url, process_stack.data))
     yield nc
     await nc.drain()
 
@@ -128,10 +128,22 @@ async def test_cli_run_prints_the_answer_and_exits_zero(process_stack: ProcessSt
 async def test_cli_run_exits_non_zero_with_the_reason_on_a_failed_run(
     process_stack: ProcessStack,
 ) -> None:
-    code, out, _ = await _cli("run", "Weather?", env={"RUNBUS_TOKEN": "not-a-token"})
+    code, out, _ = await _cli("run", "--agent", "nope", "Weather?")
 
     assert code == 1
-    assert "unauthenticated" in out
+    assert "unknown_agent" in out
+
+
+async def test_cli_with_a_token_the_bus_refuses_says_so_in_one_line(
+    process_stack: ProcessStack,
+) -> None:
+    code, out, err = await _cli("run", "Weather?", env={"RUNBUS_TOKEN": "not-a-token"})
+
+    assert code == 1
+    assert out == ""
+    [line] = err.strip().splitlines()
+    assert "refused the token" in line
+    assert "RUNBUS_TOKEN" in line
 
 
 async def test_cli_run_json_prints_one_event_per_line(process_stack: ProcessStack) -> None:

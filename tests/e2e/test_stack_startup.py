@@ -17,6 +17,7 @@ from runbus.embedded import EmbeddedNats
 from runbus.messages.progress import ServiceProgress
 from runbus.settings import load_settings
 from runbus.supervisor import (
+    SERVICES,
     ProcessStack,
     Replica,
     ServiceExited,
@@ -57,7 +58,7 @@ async def nats_refuses(url: str) -> bool:
 async def test_a_service_that_fails_to_start_stops_everything_the_start_started(
     tmp_path: Path,
 ) -> None:
-    # memory cannot start: the openai embedder has no URL. The five others are starting.
+    # memory cannot start: the openai embedder has no URL. The others are starting.
     stack = ProcessStack(
         load_settings({"RUNBUS_DATA_DIR": str(tmp_path)}),
         nats_port=0,
@@ -70,7 +71,7 @@ async def test_a_service_that_fails_to_start_stops_everything_the_start_started(
     assert failed.value.label == "memory"
     assert "RUNBUS_EMBEDDINGS_URL" in str(failed.value)
     assert "asking the embeddings server for its vector size" in str(failed.value)
-    assert len(stack.spawned) == 6
+    assert len(stack.spawned) == len(SERVICES)  # the auth service and the six
     assert [pid for pid in stack.spawned if running(pid)] == []
     assert await nats_refuses(stack.url)
     assert not (tmp_path / "nats.url").exists()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from runbus.settings import load_settings
-from runbus.supervisor import ProcessStack
+from runbus.supervisor import SERVICES, ProcessStack
 
 RUNBUS = str(Path(sys.executable).parent / "runbus")
 CORES = 2
@@ -70,4 +70,4 @@ async def test_the_e2e_stack_fixture_becomes_ready_with_both_cores_busy(tmp_path
         took = time.monotonic() - began
         await stack.stop()
     print(f"ProcessStack ready under load in {took:.1f} s")
-    assert len(stack.spawned) == 6
+    assert len(stack.spawned) == len(SERVICES)

@@ -15,10 +15,11 @@ import pytest
 from nats.micro import add_service
 
 from runbus import __version__
-from runbus.embedded import EmbeddedNats
+from runbus.commands.status import SERVICES
 from runbus.settings import load_settings
-from runbus.supervisor import SERVICES, ProcessStack
+from runbus.supervisor import ProcessStack
 from tests.helpers import eventually
+from tests.stack import SecuredNats
 
 RUNBUS = str(Path(sys.executable).parent / "runbus")
 
@@ -188,7 +189,7 @@ def closed_port() -> int:
 
 
 async def test_status_on_a_nats_without_services_lists_all_six_as_missing_and_exits_one(
-    nats_server: EmbeddedNats,
+    nats_server: SecuredNats,
 ) -> None:
     # A cluster's URL list, one node of it down.
     urls = f"nats://127.0.0.1:{closed_port()},{nats_server.url}"
@@ -213,7 +214,7 @@ async def test_status_says_nats_is_unreachable_and_exits_one_at_once() -> None:
 
 
 async def test_ping_local_counts_only_a_replica_that_runs_on_this_host(
-    nats_server: EmbeddedNats,
+    nats_server: SecuredNats,
 ) -> None:
     env = {"RUNBUS_NATS_URL": nats_server.url}
     nc = await nats.connect(nats_server.url)

@@ -10,7 +10,6 @@ import nats
 import pytest
 
 from runbus.client import RunbusClient
-from runbus.embedded import EmbeddedNats
 from runbus.errors import RemoteError
 from runbus.messages import (
     HistoryLoad,
@@ -24,7 +23,7 @@ from runbus_gateway.agents import load_agents
 from runbus_tool_executor.travel import ledger
 from tests.helpers import approval_requested
 from tests.models import GatedModel, call, text
-from tests.stack import start_stack
+from tests.stack import SecuredNats, start_stack
 
 AGENTS = {"travel": msgspec.structs.replace(load_agents()["travel"], model="gated")}
 GATEWAY = {"ack_wait": 1.0, "stop_grace": 0.2}
@@ -41,7 +40,7 @@ def book(cabin: str, flight_id: str = "QF412-20261208"):  # type: ignore[no-unty
 
 
 @pytest.fixture
-async def alice(nats_server: EmbeddedNats) -> AsyncIterator[RunbusClient]:
+async def alice(nats_server: SecuredNats) -> AsyncIterator[RunbusClient]:
     nc = await nats.connect(nats_server.url)
     yield RunbusClient(nc, token="dev-alice")
     await nc.drain()
@@ -55,7 +54,7 @@ async def _final(client: RunbusClient, run_id: str) -> RunCompleted | RunFailed:
 
 
 async def test_approval_pauses_the_run_across_a_restart_of_every_service_and_books_once(
-    nats_server: EmbeddedNats, tmp_path: Path, alice: RunbusClient
+    nats_server: SecuredNats, tmp_path: Path, alice: RunbusClient
 ) -> None:
     model = GatedModel(book("business"))
     async with start_stack(
@@ -99,7 +98,7 @@ async def test_approval_pauses_the_run_across_a_restart_of_every_service_and_boo
 
 
 async def test_a_denied_call_is_a_result_the_model_reads_and_nothing_is_booked(
-    nats_server: EmbeddedNats, tmp_path: Path, alice: RunbusClient, bob_client: RunbusClient
+    nats_server: SecuredNats, tmp_path: Path, alice: RunbusClient, bob_client: RunbusClient
 ) -> None:
     model = GatedModel(book("business"))
     async with start_stack(
@@ -133,14 +132,14 @@ async def test_a_denied_call_is_a_result_the_model_reads_and_nothing_is_booked(
 
 
 @pytest.fixture
-async def bob_client(nats_server: EmbeddedNats) -> AsyncIterator[RunbusClient]:
+async def bob_client(nats_server: SecuredNats) -> AsyncIterator[RunbusClient]:
     nc = await nats.connect(nats_server.url)
     yield RunbusClient(nc, token="dev-bob")
     await nc.drain()
 
 
 async def test_policy_terminate_stops_the_loop_and_answers_every_call_of_the_batch(
-    nats_server: EmbeddedNats, tmp_path: Path, alice: RunbusClient
+    nats_server: SecuredNats, tmp_path: Path, alice: RunbusClient
 ) -> None:
     def two_bookings(request: ModelRequest, step: int):  # type: ignore[no-untyped-def]
         assert step == 0, "no model call may follow a terminate"

@@ -9,18 +9,17 @@ import nats
 
 from runbus import blobs
 from runbus.client import RunbusClient
-from runbus.embedded import EmbeddedNats
 from runbus.messages import ChatMessage, DataContent, HistoryLoad, TextContent, UriContent
 from runbus.messages.history import HISTORY_LOADED_DECODER
 from runbus_gateway.agents import load_agents
 from tests.models import GatedModel, text
-from tests.stack import start_stack
+from tests.stack import SecuredNats, start_stack
 
 AGENTS = {"travel": msgspec.structs.replace(load_agents()["travel"], model="gated")}
 
 
 async def test_a_two_megabyte_image_reaches_the_model_but_no_message_carries_it(
-    nats_server: EmbeddedNats, tmp_path: Path
+    nats_server: SecuredNats, tmp_path: Path
 ) -> None:
     image = os.urandom(2 * 1024 * 1024)  # twice NATS's default max payload
     model = GatedModel(lambda request, step: text("A photo of a beach."))

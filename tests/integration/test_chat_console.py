@@ -15,7 +15,6 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from runbus import todos
 from runbus.client import RunbusClient
 from runbus.commands.chat import ChatConsole, handle_todos
-from runbus.embedded import EmbeddedNats
 from runbus.messages import HistoryLoad, ModelRequest
 from runbus.messages.history import HISTORY_LOADED_DECODER
 from runbus.messages.sessions import SESSION_INFO_DECODER, SessionGet, SessionStateUpdate
@@ -25,7 +24,7 @@ from runbus_gateway.agents import load_agents
 from runbus_gateway.harness import modes as harness_modes
 from runbus_tool_executor.travel import ledger
 from tests.models import GatedModel, call, text
-from tests.stack import Stack, start_stack
+from tests.stack import SecuredNats, Stack, start_stack
 
 
 async def lines(*typed: str) -> AsyncIterator[str]:
@@ -34,7 +33,7 @@ async def lines(*typed: str) -> AsyncIterator[str]:
 
 
 @pytest.fixture
-async def client(nats_server: EmbeddedNats) -> AsyncIterator[RunbusClient]:
+async def client(nats_server: SecuredNats) -> AsyncIterator[RunbusClient]:
     nc = await nats.connect(nats_server.url)
     yield RunbusClient(nc, token="dev-alice")
     await nc.drain()
@@ -132,7 +131,7 @@ async def test_todos_show_what_the_gateway_stored_in_any_session_without_a_model
     stack: Stack,
     client: RunbusClient,
     capsys: pytest.CaptureFixture[str],
-    nats_server: EmbeddedNats,
+    nats_server: SecuredNats,
 ) -> None:
     chat, out = console(client, "chat-todos")
     await chat.run(lines("Weather in Hobart?", "/session new"))
@@ -188,7 +187,7 @@ def book_business(request: ModelRequest, step: int):  # type: ignore[no-untyped-
 
 
 async def test_a_run_waiting_for_approval_is_decided_from_the_console(
-    nats_server: EmbeddedNats, tmp_path: Path, client: RunbusClient
+    nats_server: SecuredNats, tmp_path: Path, client: RunbusClient
 ) -> None:
     agents = {"travel": msgspec.structs.replace(load_agents()["travel"], model="gated")}
     async with start_stack(

@@ -11,7 +11,6 @@ import nats
 import pytest
 
 from runbus.client import RunbusClient, RunFailedError
-from runbus.embedded import EmbeddedNats
 from runbus.errors import RemoteError
 from runbus.messages import ModelRequest, RunCompleted, RunFailed
 from runbus.messages.runs import (
@@ -31,7 +30,7 @@ from runbus_tool_executor.travel import ledger
 from runbus_tool_executor.travel import tools as travel_tools
 from tests.helpers import approval_requested
 from tests.models import GatedModel, call, text
-from tests.stack import Stack, start_stack
+from tests.stack import SecuredNats, Stack, start_stack
 
 AGENTS = {"travel": msgspec.structs.replace(load_agents()["travel"], model="gated")}
 
@@ -43,7 +42,7 @@ def book(request: ModelRequest, step: int) -> Any:
 
 
 @pytest.fixture
-async def alice(nats_server: EmbeddedNats) -> AsyncIterator[RunbusClient]:
+async def alice(nats_server: SecuredNats) -> AsyncIterator[RunbusClient]:
     nc = await nats.connect(nats_server.url)
     yield RunbusClient(nc, token="dev-alice")
     await nc.drain()
@@ -88,7 +87,7 @@ async def test_a_run_that_fails_at_its_start_leaves_the_session_free_for_the_nex
 
 
 async def test_a_cancelled_run_leaves_no_approval_anyone_could_still_grant(
-    nats_server: EmbeddedNats, tmp_path: Path, alice: RunbusClient
+    nats_server: SecuredNats, tmp_path: Path, alice: RunbusClient
 ) -> None:
     model = GatedModel(book)
     async with start_stack(
@@ -120,7 +119,7 @@ async def test_a_cancelled_run_leaves_no_approval_anyone_could_still_grant(
 
 
 async def test_a_reply_with_too_many_tool_calls_fails_once_with_its_limit_and_runs_none(
-    nats_server: EmbeddedNats, tmp_path: Path, alice: RunbusClient
+    nats_server: SecuredNats, tmp_path: Path, alice: RunbusClient
 ) -> None:
     def flood(request: ModelRequest, step: int) -> Any:
         if request.messages[-1].text != "Weather everywhere?":

@@ -85,7 +85,9 @@ async def final_event(js: JetStreamContext, run_id: str, timeout: float = 60.0) 
     """The type of the run's terminal event, read back from the events stream."""
 
     async def final() -> str:
-        last = await js.get_last_msg(subjects.EVENTS_STREAM, subjects.events(run_id))
+        last = await js.get_last_msg(
+            subjects.EVENTS_STREAM, subjects.events("acme", "alice", run_id)
+        )
         kind: str = json.loads(last.data or b"{}").get("type", "")
         return kind if kind in ("run.completed", "run.failed") else ""
 

@@ -7,13 +7,12 @@ import nats
 import pytest
 
 from runbus.client import RunbusClient
-from runbus.embedded import EmbeddedNats
 from runbus.messages import HistoryLoad, RunCompacted
 from runbus.messages.history import HISTORY_LOADED_DECODER
 from runbus_gateway.agents import load_agents
 from runbus_gateway.errors import GatewayConfigError
 from tests.models import GatedModel, weather_then_answer
-from tests.stack import start_stack
+from tests.stack import SecuredNats, start_stack
 
 SLIDING = """
 name = "windowed"
@@ -35,7 +34,7 @@ def test_an_unknown_compaction_key_stops_the_gateway_at_start(tmp_path: Path) ->
 
 
 async def test_sliding_window_keeps_the_prompt_to_the_last_turns_while_history_keeps_all(
-    nats_server: EmbeddedNats, tmp_path: Path
+    nats_server: SecuredNats, tmp_path: Path
 ) -> None:
     (tmp_path / "agents").mkdir()
     (tmp_path / "agents" / "windowed.toml").write_text(SLIDING)

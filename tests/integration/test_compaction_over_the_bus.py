@@ -19,7 +19,6 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from runbus import subjects
 from runbus.bus import Bus
-from runbus.embedded import EmbeddedNats
 from runbus.headers import RunContext
 from runbus.messages import (
     ChatMessage,
@@ -45,7 +44,7 @@ from runbus_gateway.agents import AgentSpec, CompactionPolicy
 from runbus_model_router.scripted import ScriptedReply
 from runbus_model_router.service import ModelRouterService, default_routes
 from tests.helpers import publish_and_collect, raw_request
-from tests.stack import start_stack
+from tests.stack import SecuredNats, start_stack
 
 SCRIPTS = {
     "summarizer": [ScriptedReply(text="The user asked about the weather in three cities.")],
@@ -55,7 +54,7 @@ CTX = RunContext(run_id="r-cmp", session_id="s1", props={"tenant": "acme", "user
 
 
 @pytest.fixture
-async def compaction(nats_server: EmbeddedNats, spans: InMemorySpanExporter) -> AsyncIterator[Bus]:
+async def compaction(nats_server: SecuredNats, spans: InMemorySpanExporter) -> AsyncIterator[Bus]:
     """Compaction and a model router with scripted routes, each on its own connection; the
     returned bus is a client's."""
     async with AsyncExitStack() as stack:
@@ -196,7 +195,7 @@ async def test_a_summary_on_an_unknown_route_leaves_the_prompt_whole_and_reports
 
 
 async def test_with_no_model_router_running_the_summary_fails_soft(
-    nats_server: EmbeddedNats, nc: NATS
+    nats_server: SecuredNats, nc: NATS
 ) -> None:
     service = CompactionService(await nats.connect(nats_server.url))
     await service.start()
@@ -274,7 +273,7 @@ TURNS = 60
 
 @pytest.mark.slow
 async def test_a_60_turn_session_stays_under_the_agents_budget_on_every_model_call(
-    nats_server: EmbeddedNats, nc: NATS, tmp_path: Path
+    nats_server: SecuredNats, nc: NATS, tmp_path: Path
 ) -> None:
     agent = AgentSpec(
         name="travel",

@@ -11,7 +11,6 @@ import pytest
 
 from runbus import subjects
 from runbus.client import RunbusClient
-from runbus.embedded import EmbeddedNats
 from runbus.messages import (
     ChatMessage,
     HistoryLoad,
@@ -29,13 +28,13 @@ from runbus_tool_executor import travel
 from runbus_tool_executor.service import ToolExecutorService
 from tests.helpers import eventually
 from tests.models import GatedModel, call, text, turn_step, weather_then_answer
-from tests.stack import Stack, start_stack
+from tests.stack import SecuredNats, Stack, start_stack
 
 AGENTS = {"travel": msgspec.structs.replace(load_agents()["travel"], model="gated")}
 
 
 @pytest.fixture
-async def alice(nats_server: EmbeddedNats) -> AsyncIterator[RunbusClient]:
+async def alice(nats_server: SecuredNats) -> AsyncIterator[RunbusClient]:
     nc = await nats.connect(nats_server.url)
     yield RunbusClient(nc, token="dev-alice")
     await nc.drain()
@@ -50,7 +49,7 @@ def _invocations(stack: Stack, tool: str) -> int:
 
 @pytest.mark.slow
 async def test_run_of_a_dead_gateway_resumes_elsewhere_without_repeating_finished_steps(
-    nats_server: EmbeddedNats, tmp_path: Path, alice: RunbusClient
+    nats_server: SecuredNats, tmp_path: Path, alice: RunbusClient
 ) -> None:
     model = GatedModel(weather_then_answer, hold={1})
     async with start_stack(
@@ -102,7 +101,7 @@ def book_then_answer(request: ModelRequest, step: int) -> ChatMessage:
 
 @pytest.mark.slow
 async def test_a_booking_whose_result_was_not_stored_yet_is_replayed_not_made_twice(
-    nats_server: EmbeddedNats, tmp_path: Path, alice: RunbusClient
+    nats_server: SecuredNats, tmp_path: Path, alice: RunbusClient
 ) -> None:
     model = GatedModel(book_then_answer, hold={1})
     async with start_stack(
@@ -136,7 +135,7 @@ async def test_a_booking_whose_result_was_not_stored_yet_is_replayed_not_made_tw
 
 
 async def test_a_late_client_replays_every_event_in_order_and_can_resume_after_any(
-    nats_server: EmbeddedNats, tmp_path: Path, alice: RunbusClient
+    nats_server: SecuredNats, tmp_path: Path, alice: RunbusClient
 ) -> None:
     model = GatedModel(weather_then_answer)
     async with start_stack(
@@ -155,7 +154,7 @@ async def test_a_late_client_replays_every_event_in_order_and_can_resume_after_a
 
 @pytest.mark.slow
 async def test_a_poison_run_ends_in_the_dead_letters_and_does_not_block_others(
-    nats_server: EmbeddedNats, tmp_path: Path, alice: RunbusClient
+    nats_server: SecuredNats, tmp_path: Path, alice: RunbusClient
 ) -> None:
     def explode_on_poison(request: ModelRequest, step: int) -> object:
         if "poison" in request.messages[-1].text:
@@ -193,7 +192,7 @@ async def test_a_poison_run_ends_in_the_dead_letters_and_does_not_block_others(
 
 
 async def test_a_replica_never_runs_more_than_its_limit(
-    nats_server: EmbeddedNats, tmp_path: Path, alice: RunbusClient
+    nats_server: SecuredNats, tmp_path: Path, alice: RunbusClient
 ) -> None:
     model = GatedModel(lambda request, step: text("ok"), hold={0})
     async with start_stack(

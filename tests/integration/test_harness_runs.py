@@ -11,13 +11,12 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from runbus.client import RunbusClient
-from runbus.embedded import EmbeddedNats
 from runbus.messages import HistoryLoad, ModelRequest
 from runbus.messages.history import HISTORY_LOADED_DECODER
 from runbus.messages.sessions import SESSION_INFO_DECODER, SessionGet
 from runbus_gateway.agents import AgentSpec, load_agents
 from tests.models import GatedModel, call, text
-from tests.stack import start_stack
+from tests.stack import SecuredNats, start_stack
 
 BASE = """
 name = "{name}"
@@ -35,14 +34,14 @@ def agent(tmp_path: Path, name: str, harness: str) -> dict[str, AgentSpec]:
 
 
 @pytest.fixture
-async def alice(nats_server: EmbeddedNats) -> AsyncIterator[RunbusClient]:
+async def alice(nats_server: SecuredNats) -> AsyncIterator[RunbusClient]:
     nc = await nats.connect(nats_server.url)
     yield RunbusClient(nc, token="dev-alice")
     await nc.drain()
 
 
 async def test_a_blocked_term_is_refused_without_any_model_call(
-    nats_server: EmbeddedNats, tmp_path: Path, alice: RunbusClient, spans: InMemorySpanExporter
+    nats_server: SecuredNats, tmp_path: Path, alice: RunbusClient, spans: InMemorySpanExporter
 ) -> None:
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
@@ -79,7 +78,7 @@ enabled = true
 
 
 async def test_todos_live_in_the_state_bag_and_the_model_sees_the_current_list(
-    nats_server: EmbeddedNats, tmp_path: Path, alice: RunbusClient
+    nats_server: SecuredNats, tmp_path: Path, alice: RunbusClient
 ) -> None:
     def plan(request: ModelRequest, step: int):  # type: ignore[no-untyped-def]
         if step == 0:
@@ -118,7 +117,7 @@ async def test_todos_live_in_the_state_bag_and_the_model_sees_the_current_list(
 
 
 async def test_loop_mode_continues_while_todos_are_open_and_stops_at_the_bound(
-    nats_server: EmbeddedNats, tmp_path: Path, alice: RunbusClient
+    nats_server: SecuredNats, tmp_path: Path, alice: RunbusClient
 ) -> None:
     def lazy(request: ModelRequest, step: int):  # type: ignore[no-untyped-def]
         if not any(m.function_calls for m in request.messages):
@@ -149,7 +148,7 @@ evaluators = [{name = "todos_open"}]
 
 
 async def test_a_program_agent_serves_the_same_run_contract(
-    nats_server: EmbeddedNats, tmp_path: Path, alice: RunbusClient
+    nats_server: SecuredNats, tmp_path: Path, alice: RunbusClient
 ) -> None:
     folder = tmp_path / "agents"
     folder.mkdir()
@@ -172,7 +171,7 @@ program = "runbus_gateway.harness.refund:RefundPolicyAgent"
 
 
 async def test_the_todo_list_survives_compaction_of_its_turn_and_a_restart(
-    nats_server: EmbeddedNats, tmp_path: Path, alice: RunbusClient
+    nats_server: SecuredNats, tmp_path: Path, alice: RunbusClient
 ) -> None:
     def plan(request: ModelRequest, step: int):  # type: ignore[no-untyped-def]
         users = [m for m in request.messages if m.role == "user" and m.source != "context_provider"]

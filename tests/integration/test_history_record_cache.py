@@ -13,7 +13,6 @@ from opentelemetry import trace
 
 from runbus import subjects
 from runbus.bus import Bus
-from runbus.embedded import EmbeddedNats
 from runbus.headers import RunContext
 from runbus.messages import ChatMessage, HistoryAppend
 from runbus.messages.history import HISTORY_APPENDED_DECODER
@@ -22,6 +21,7 @@ from runbus_history.cache import RecordCache
 from runbus_history.records import SessionRecords
 from runbus_history.service import HistoryService
 from tests.helpers import eventually
+from tests.stack import SecuredNats
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 
@@ -38,7 +38,7 @@ def record(owner: str, session_id: str = "s1") -> SessionRecord:
 
 
 @pytest.fixture
-async def replicas(nats_server: EmbeddedNats) -> AsyncIterator[list[SessionRecords]]:
+async def replicas(nats_server: SecuredNats) -> AsyncIterator[list[SessionRecords]]:
     """Two history replicas' views of the sessions bucket, each on its own connection."""
     connections = [await nats.connect(nats_server.url) for _ in range(2)]
     views = [await SessionRecords.open(nc) for nc in connections]
@@ -134,7 +134,7 @@ async def test_appends_after_a_replicas_own_writes_read_no_record(
 
 
 async def test_a_release_from_a_stale_cached_record_keeps_the_newer_write(
-    nats_server: EmbeddedNats, nc: NATS
+    nats_server: SecuredNats, nc: NATS
 ) -> None:
     """The cache may lag a write (here its watcher is stopped outright); the releasing append
     then fails its compare-and-set, re-reads and keeps the other replica's change."""

@@ -18,7 +18,6 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from runbus import subjects
 from runbus.bus import Bus
 from runbus.client import RunbusClient
-from runbus.embedded import EmbeddedNats
 from runbus.headers import RunContext
 from runbus.local_model import MODEL_NAME, LocalModelServer
 from runbus.messages import (
@@ -39,7 +38,7 @@ from runbus_gateway.agents import AgentSpec
 from runbus_model_router.config import RouterConfig, parse_config
 from tests.helpers import eventually
 from tests.integration.model_provider import user
-from tests.stack import Stack, start_stack
+from tests.stack import SecuredNats, Stack, start_stack
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.real_model]  # a llama.cpp server
 
@@ -88,7 +87,7 @@ def llama() -> Iterator[LocalModelServer]:
 
 @pytest.fixture
 async def real_stack(
-    nats_server: EmbeddedNats, spans: InMemorySpanExporter, tmp_path: Path, llama: LocalModelServer
+    nats_server: SecuredNats, spans: InMemorySpanExporter, tmp_path: Path, llama: LocalModelServer
 ) -> AsyncIterator[Stack]:
     async with start_stack(
         nats_server.url,
@@ -195,7 +194,7 @@ async def test_a_cancelled_run_leaves_the_server_idle_within_two_seconds(
 
 
 async def test_a_caller_that_dies_mid_generation_leaves_the_server_idle_within_two_seconds(
-    nats_server: EmbeddedNats, llama: LocalModelServer, real_stack: Stack, nc: NATS
+    nats_server: SecuredNats, llama: LocalModelServer, real_stack: Stack, nc: NATS
 ) -> None:
     """A gateway that dies (its connection gone) while the model writes: the router notices at
     its next heartbeat and closes the provider's stream, so a resumed run never has two

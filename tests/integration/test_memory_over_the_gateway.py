@@ -16,13 +16,12 @@ import pytest
 from nats.aio.client import Client as NATS
 
 from runbus import subjects
-from runbus.embedded import EmbeddedNats
 from runbus_gateway.agents import AgentSpec, MemoryPolicy
 from runbus_model_router.config import BackendConfig
 from runbus_model_router.openai_chat import OpenAIChatModel, open_client
 from tests.helpers import publish_and_collect, raw_request
 from tests.integration.model_provider import LoopbackProvider, loopback, text_reply, tool_reply
-from tests.stack import start_stack
+from tests.stack import SecuredNats, start_stack
 
 RUNBUS = str(Path(sys.executable).parent / "runbus")
 MEMORY_API = ("memory.list", "memory.find", "memory.forget", "memory.stats")
@@ -41,7 +40,7 @@ BOOKING = "Book me a flight from Melbourne to Sydney next Tuesday."
 
 
 @pytest.fixture
-async def provider(nats_server: EmbeddedNats, tmp_path: Path) -> AsyncIterator[LoopbackProvider]:
+async def provider(nats_server: SecuredNats, tmp_path: Path) -> AsyncIterator[LoopbackProvider]:
     """The six services, `travel` on route `cheap` at a loopback OpenAI-compatible provider."""
     async with loopback() as provider:
         backend = BackendConfig(base_url=provider.base_url)
@@ -153,7 +152,7 @@ async def cli(url: str, token: str, *args: str) -> Any:
 
 @pytest.mark.subprocess
 async def test_runbus_memory_lists_searches_and_forgets_only_the_callers_memories(
-    provider: LoopbackProvider, nc: NATS, nats_server: EmbeddedNats
+    provider: LoopbackProvider, nc: NATS, nats_server: SecuredNats
 ) -> None:
     await say(nc, "dev-alice", "alice-1", WINDOW_SEAT, "r-alice-1")
     await say(nc, "dev-alice", "alice-2", "My home airport is Melbourne.", "r-alice-2")

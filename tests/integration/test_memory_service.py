@@ -14,7 +14,6 @@ import pytest
 from nats.aio.client import Client as NATS
 
 from runbus import subjects
-from runbus.embedded import EmbeddedNats
 from runbus.headers import RunContext
 from runbus.messages import ToolInvoke, encode
 from runbus.messages.errors import ERROR_DECODER
@@ -37,6 +36,7 @@ from runbus_memory.errors import EmbedderMismatch
 from runbus_memory.remote import OpenAIEmbedder
 from runbus_memory.service import MemoryService
 from tests.helpers import eventually
+from tests.stack import SecuredNats
 
 from .memory_embeddings import embeddings_provider
 
@@ -201,7 +201,7 @@ class Deployment:
 
 
 @pytest.fixture
-async def deployment(nats_server: EmbeddedNats, tmp_path: Path) -> AsyncIterator[Deployment]:
+async def deployment(nats_server: SecuredNats, tmp_path: Path) -> AsyncIterator[Deployment]:
     made = Deployment(nats_server.url, tmp_path / "qdrant")
     yield made
     await made.close()

@@ -9,7 +9,6 @@ import pytest
 from nats.aio.client import Client as NATS
 
 from runbus.client import RunbusClient, RunFailedError
-from runbus.embedded import EmbeddedNats
 from runbus.messages.runs import RUN_INFO_DECODER, RunGet
 from runbus_gateway.agents import AgentSpec
 from runbus_model_router.config import parse_config
@@ -19,7 +18,7 @@ from tests.integration.model_provider import (
     status_reply,
     text_reply,
 )
-from tests.stack import Stack, start_stack
+from tests.stack import SecuredNats, Stack, start_stack
 
 AGENT = AgentSpec(name="chat", model="flaky", instructions="Be brief.")
 
@@ -32,7 +31,7 @@ async def provider() -> AsyncIterator[LoopbackProvider]:
 
 @pytest.fixture
 async def flaky_stack(
-    nats_server: EmbeddedNats, tmp_path: Path, provider: LoopbackProvider
+    nats_server: SecuredNats, tmp_path: Path, provider: LoopbackProvider
 ) -> AsyncIterator[Stack]:
     config = parse_config(
         f"""

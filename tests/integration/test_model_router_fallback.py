@@ -8,7 +8,6 @@ import time
 from nats.aio.client import Client as NATS
 
 from runbus import subjects
-from runbus.embedded import EmbeddedNats
 from runbus.headers import RunContext
 from tests.helpers import eventually
 from tests.integration.model_provider import (
@@ -23,6 +22,7 @@ from tests.integration.model_provider import (
     status_reply,
     text_reply,
 )
+from tests.stack import SecuredNats
 
 
 def two_targets(primary: str, fallback: str, **limits: object) -> str:
@@ -51,7 +51,7 @@ def closed_port() -> int:
 
 
 async def test_a_primary_answering_500_falls_back_to_the_next_target(
-    nats_server: EmbeddedNats, nc: NATS
+    nats_server: SecuredNats, nc: NATS
 ) -> None:
     async with loopback() as primary, loopback() as fallback:
         primary.script(status_reply(500), status_reply(503))
@@ -65,7 +65,7 @@ async def test_a_primary_answering_500_falls_back_to_the_next_target(
 
 
 async def test_a_429_with_retry_after_is_retried_on_the_same_target_after_that_wait(
-    nats_server: EmbeddedNats, nc: NATS
+    nats_server: SecuredNats, nc: NATS
 ) -> None:
     async with loopback() as primary, loopback() as fallback:
         primary.script(status_reply(429, {"Retry-After": "0.3"}))
@@ -79,7 +79,7 @@ async def test_a_429_with_retry_after_is_retried_on_the_same_target_after_that_w
 
 
 async def test_a_retry_after_beyond_the_limit_moves_on_to_the_next_target_at_once(
-    nats_server: EmbeddedNats, nc: NATS
+    nats_server: SecuredNats, nc: NATS
 ) -> None:
     async with loopback() as primary, loopback() as fallback:
         primary.script(status_reply(429, {"Retry-After": "3600"}))
@@ -91,7 +91,7 @@ async def test_a_retry_after_beyond_the_limit_moves_on_to_the_next_target_at_onc
     assert len(fallback.requests) == 1
 
 
-async def test_a_primary_that_times_out_falls_back(nats_server: EmbeddedNats, nc: NATS) -> None:
+async def test_a_primary_that_times_out_falls_back(nats_server: SecuredNats, nc: NATS) -> None:
     async with loopback() as primary, loopback() as fallback:
         primary.script(Reply(delay=5, chunks=[chunk(content="late")]))
         routes = two_targets(primary.base_url, fallback.base_url, timeout=0.3, retries=0)
@@ -103,7 +103,7 @@ async def test_a_primary_that_times_out_falls_back(nats_server: EmbeddedNats, nc
 
 
 async def test_a_primary_that_refuses_connections_falls_back(
-    nats_server: EmbeddedNats, nc: NATS
+    nats_server: SecuredNats, nc: NATS
 ) -> None:
     async with loopback() as fallback:
         routes = two_targets(f"http://127.0.0.1:{closed_port()}/v1", fallback.base_url)
@@ -114,7 +114,7 @@ async def test_a_primary_that_refuses_connections_falls_back(
 
 
 async def test_a_model_server_that_is_down_is_named_with_its_url_and_setting(
-    nats_server: EmbeddedNats, nc: NATS
+    nats_server: SecuredNats, nc: NATS
 ) -> None:
     down = f"http://127.0.0.1:{closed_port()}/v1"
     routes = two_targets(down, down, retries=0)
@@ -127,7 +127,7 @@ async def test_a_model_server_that_is_down_is_named_with_its_url_and_setting(
 
 
 async def test_a_stream_that_is_not_json_counts_as_a_failure_and_falls_back(
-    nats_server: EmbeddedNats, nc: NATS
+    nats_server: SecuredNats, nc: NATS
 ) -> None:
     async with loopback() as primary, loopback() as fallback:
         primary.script(Reply(raw=["<html>gateway error</html>"]), Reply(raw=["{oops"]))
@@ -139,7 +139,7 @@ async def test_a_stream_that_is_not_json_counts_as_a_failure_and_falls_back(
 
 
 async def test_a_request_the_provider_refuses_as_bad_is_not_sent_elsewhere(
-    nats_server: EmbeddedNats, nc: NATS
+    nats_server: SecuredNats, nc: NATS
 ) -> None:
     async with loopback() as primary, loopback() as fallback:
         primary.script(status_reply(400))
@@ -152,7 +152,7 @@ async def test_a_request_the_provider_refuses_as_bad_is_not_sent_elsewhere(
 
 
 async def test_a_retry_that_would_outlast_the_runs_deadline_moves_on_at_once(
-    nats_server: EmbeddedNats, nc: NATS
+    nats_server: SecuredNats, nc: NATS
 ) -> None:
     soon = RunContext(run_id="r-soon", props={"tenant": "acme"}, deadline=time.time() + 3)
     async with loopback() as primary, loopback() as fallback:
@@ -166,7 +166,7 @@ async def test_a_retry_that_would_outlast_the_runs_deadline_moves_on_at_once(
 
 
 async def test_when_every_target_fails_the_caller_gets_model_unavailable_with_each_reason(
-    nats_server: EmbeddedNats, nc: NATS
+    nats_server: SecuredNats, nc: NATS
 ) -> None:
     async with loopback() as primary, loopback() as fallback:
         primary.script(status_reply(500), status_reply(500))
@@ -186,7 +186,7 @@ async def test_when_every_target_fails_the_caller_gets_model_unavailable_with_ea
 
 
 async def test_a_provider_failing_mid_stream_is_not_replaced_by_another_models_answer(
-    nats_server: EmbeddedNats, nc: NATS
+    nats_server: SecuredNats, nc: NATS
 ) -> None:
     async with loopback() as primary, loopback() as fallback:
         primary.script(
@@ -194,7 +194,7 @@ async def test_a_provider_failing_mid_stream_is_not_replaced_by_another_models_a
         )
         routes = two_targets(primary.base_url, fallback.base_url)
         async with router(nats_server.url, routes):
-            error = await refusal(nc, ask("hi", stream_to="runbus.events.r-model"))
+            error = await refusal(nc, ask("hi", stream_to="runbus.events.acme.alice.r-model"))
 
     assert error.code == "model_error"
     assert "mid-stream" in error.message
@@ -202,7 +202,7 @@ async def test_a_provider_failing_mid_stream_is_not_replaced_by_another_models_a
 
 
 async def test_the_breaker_opens_after_n_failures_and_closes_after_the_cooldown(
-    nats_server: EmbeddedNats, nc: NATS
+    nats_server: SecuredNats, nc: NATS
 ) -> None:
     async with loopback() as primary, loopback() as fallback:
         primary.script(status_reply(500), status_reply(500))
@@ -229,7 +229,7 @@ async def test_the_breaker_opens_after_n_failures_and_closes_after_the_cooldown(
 
 
 async def test_fifty_concurrent_calls_never_exceed_the_targets_cap_of_four(
-    nats_server: EmbeddedNats, nc: NATS
+    nats_server: SecuredNats, nc: NATS
 ) -> None:
     async with loopback() as provider:
         provider.default = lambda: text_reply("ok then", chunk_delay=0.005)
@@ -255,7 +255,7 @@ concurrency = 4
 
 
 async def test_a_cancelled_run_stops_its_stream_and_gets_a_typed_error(
-    nats_server: EmbeddedNats, nc: NATS
+    nats_server: SecuredNats, nc: NATS
 ) -> None:
     run = RunContext(run_id="r-cancel", props={"tenant": "acme", "user_id": "alice"})
     other = RunContext(run_id="r-other", props={"tenant": "acme", "user_id": "alice"})
@@ -267,7 +267,7 @@ async def test_a_cancelled_run_stops_its_stream_and_gets_a_typed_error(
         stuck = text_reply("never finished", pause_after=1)
         provider.script(stuck)
         pending = asyncio.ensure_future(
-            complete(nc, ask("hi", stream_to=subjects.events("r-cancel")), run)
+            complete(nc, ask("hi", stream_to=subjects.events("acme", "alice", "r-cancel")), run)
         )
         await asyncio.wait_for(provider.first_chunk_sent.wait(), 10)
 

@@ -9,7 +9,6 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from runbus import subjects
-from runbus.embedded import EmbeddedNats
 from runbus.messages import (
     ChatMessage,
     DataContent,
@@ -37,6 +36,7 @@ from tests.integration.model_provider import (
     user,
 )
 from tests.integration.model_provider import Reply as ProviderReply
+from tests.stack import SecuredNats
 
 WEATHER = ToolSpec(
     name="get_weather",
@@ -61,7 +61,7 @@ output_price = 2.0
 
 
 async def test_tool_calls_parallel_calls_and_usage_round_trip_through_the_openai_backend(
-    nats_server: EmbeddedNats, nc: NATS
+    nats_server: SecuredNats, nc: NATS
 ) -> None:
     async with loopback() as provider, router(nats_server.url, one_route(provider.base_url)):
         provider.script(
@@ -117,13 +117,15 @@ async def test_tool_calls_parallel_calls_and_usage_round_trip_through_the_openai
 
 
 async def test_text_deltas_reach_a_bus_subscriber_before_the_provider_has_finished(
-    nats_server: EmbeddedNats, nc: NATS
+    nats_server: SecuredNats, nc: NATS
 ) -> None:
     async with loopback() as provider, router(nats_server.url, one_route(provider.base_url)):
         slow = text_reply("One two three four.", pause_after=1)
         provider.script(slow)
-        events = await nc.subscribe(subjects.events("r-model"))
-        request = ask("Count", stream_to=subjects.events("r-model"), message_id="r-model-m0")
+        events = await nc.subscribe(subjects.events("acme", "alice", "r-model"))
+        request = ask(
+            "Count", stream_to=subjects.events("acme", "alice", "r-model"), message_id="r-model-m0"
+        )
 
         pending = asyncio.ensure_future(answer(nc, request))
         first = RUN_EVENT_DECODER.decode((await events.next_msg(timeout=10)).data)
@@ -142,7 +144,7 @@ async def test_text_deltas_reach_a_bus_subscriber_before_the_provider_has_finish
 
 
 async def test_a_cheap_by_default_request_with_an_image_is_answered_by_the_vision_target(
-    nats_server: EmbeddedNats, nc: NATS
+    nats_server: SecuredNats, nc: NATS
 ) -> None:
     async with loopback("cheap") as cheap, loopback("vision") as vision:
         routes = f"""
@@ -180,7 +182,7 @@ images = true
 
 
 async def test_with_the_placeholder_policy_a_text_only_target_gets_a_note_naming_the_image(
-    nats_server: EmbeddedNats, nc: NATS
+    nats_server: SecuredNats, nc: NATS
 ) -> None:
     async with loopback() as provider:
         routes = one_route(provider.base_url).replace(
@@ -198,7 +200,7 @@ async def test_with_the_placeholder_policy_a_text_only_target_gets_a_note_naming
 
 
 async def test_with_no_capable_target_the_caller_gets_a_typed_error_and_no_provider_is_asked(
-    nats_server: EmbeddedNats, nc: NATS
+    nats_server: SecuredNats, nc: NATS
 ) -> None:
     async with loopback() as provider, router(nats_server.url, one_route(provider.base_url)):
         error = await refusal(nc, msgspec.structs.replace(ask("x"), messages=[user(PNG)]))
@@ -211,7 +213,7 @@ async def test_with_no_capable_target_the_caller_gets_a_typed_error_and_no_provi
 
 
 async def test_invalid_tool_arguments_go_back_to_the_model_and_its_corrected_call_is_returned(
-    nats_server: EmbeddedNats, nc: NATS
+    nats_server: SecuredNats, nc: NATS
 ) -> None:
     async with loopback() as provider, router(nats_server.url, one_route(provider.base_url)):
         provider.script(
@@ -245,7 +247,7 @@ async def test_invalid_tool_arguments_go_back_to_the_model_and_its_corrected_cal
 
 
 async def test_arguments_still_unreadable_after_the_repair_turn_give_a_typed_error(
-    nats_server: EmbeddedNats, nc: NATS
+    nats_server: SecuredNats, nc: NATS
 ) -> None:
     async with loopback() as provider, router(nats_server.url, one_route(provider.base_url)):
         provider.script(*(tool_reply([("c", "get_weather", "city=Sydney")]) for _ in range(2)))
@@ -260,7 +262,7 @@ async def test_arguments_still_unreadable_after_the_repair_turn_give_a_typed_err
 
 
 async def test_a_malformed_tool_schema_is_refused_before_any_provider_request(
-    nats_server: EmbeddedNats, nc: NATS
+    nats_server: SecuredNats, nc: NATS
 ) -> None:
     broken = ToolSpec(name="get_weather", description="", parameters={"type": "array"})
     async with loopback() as provider, router(nats_server.url, one_route(provider.base_url)):
@@ -272,7 +274,7 @@ async def test_a_malformed_tool_schema_is_refused_before_any_provider_request(
 
 
 async def test_reasoning_goes_back_to_the_family_that_wrote_it_and_is_dropped_for_another(
-    nats_server: EmbeddedNats, nc: NATS
+    nats_server: SecuredNats, nc: NATS
 ) -> None:
     async with loopback("thinker") as thinker, loopback("plain") as plain:
         routes = f"""
@@ -318,7 +320,7 @@ model = "gpt"
 
 
 async def test_each_call_is_a_chat_span_naming_the_provider_and_its_usage(
-    nats_server: EmbeddedNats, nc: NATS
+    nats_server: SecuredNats, nc: NATS
 ) -> None:
     spans = InMemorySpanExporter()
     provider_traces = create_tracer_provider(

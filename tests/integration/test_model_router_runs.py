@@ -9,13 +9,12 @@ from typing import Any
 import msgspec
 from nats.aio.client import Client as NATS
 
-from runbus.embedded import EmbeddedNats
 from runbus_gateway.agents import AgentSpec
 from runbus_model_router.config import BackendConfig
 from runbus_model_router.openai_chat import OpenAIChatModel, open_client
 from tests.helpers import raw_request
 from tests.integration.model_provider import LoopbackProvider, loopback, text_reply, tool_reply
-from tests.stack import start_stack
+from tests.stack import SecuredNats, start_stack
 
 AGENT = AgentSpec(name="chat", instructions="You are brief.", model="cheap", tools=["get_weather"])
 
@@ -42,12 +41,12 @@ async def next_event(subscription: Any) -> dict[str, Any]:
 
 
 async def test_a_runs_first_text_delta_reaches_the_client_before_the_provider_has_finished(
-    nats_server: EmbeddedNats, nc: NATS, tmp_path: Path
+    nats_server: SecuredNats, nc: NATS, tmp_path: Path
 ) -> None:
     async with stack_with(nats_server.url, tmp_path / "data") as provider:
         slow = text_reply("Hello there, traveller.", pause_after=1)
         provider.script(slow)
-        events = await nc.subscribe("runbus.events.r-stream")
+        events = await nc.subscribe("runbus.events.*.*.r-stream")
         await nc.jetstream().publish(
             "runbus.runs.chat",
             raw_request("r-stream", "Hi!", agent="chat"),
@@ -69,7 +68,7 @@ async def test_a_runs_first_text_delta_reaches_the_client_before_the_provider_ha
 
 
 async def test_parallel_tool_calls_from_the_provider_run_and_their_usage_is_summed(
-    nats_server: EmbeddedNats, nc: NATS, tmp_path: Path
+    nats_server: SecuredNats, nc: NATS, tmp_path: Path
 ) -> None:
     async with stack_with(nats_server.url, tmp_path / "data") as provider:
         provider.script(
@@ -82,7 +81,7 @@ async def test_parallel_tool_calls_from_the_provider_run_and_their_usage_is_summ
             ),
             text_reply("Both sunny.", usage=(300, 4)),
         )
-        events = await nc.subscribe("runbus.events.r-tools")
+        events = await nc.subscribe("runbus.events.*.*.r-tools")
         await nc.jetstream().publish(
             "runbus.runs.chat",
             raw_request("r-tools", "Weather in Sydney and Perth?", agent="chat"),

@@ -9,12 +9,12 @@ from nats.aio.client import Client as NATS
 from runbus import subjects
 from runbus.cli import build_parser
 from runbus.commands import usage as usage_command
-from runbus.embedded import EmbeddedNats
 from runbus.headers import RunContext
 from runbus.messages.model import MODEL_USAGE_REPORT_DECODER
 from runbus.settings import load_settings
 from runbus_model_router.usage import utc_day
 from tests.integration.model_provider import answer, ask, loopback, refusal, router, text_reply
+from tests.stack import SecuredNats
 
 ALICE = RunContext(run_id="r-a", agent="travel", props={"tenant": "acme", "user_id": "alice"})
 BOB = RunContext(run_id="r-b", agent="travel", props={"tenant": "acme", "user_id": "bob"})
@@ -38,7 +38,7 @@ tokens_per_day = 100
 
 
 async def test_a_tenant_over_budget_gets_budget_exceeded_before_any_provider_request(
-    nats_server: EmbeddedNats, nc: NATS
+    nats_server: SecuredNats, nc: NATS
 ) -> None:
     async with loopback() as provider, router(nats_server.url, budgeted(provider.base_url)):
         provider.default = lambda: text_reply("spent", usage=(90, 20))
@@ -56,7 +56,7 @@ async def test_a_tenant_over_budget_gets_budget_exceeded_before_any_provider_req
 
 
 async def test_a_budget_spent_through_one_replica_is_enforced_by_another(
-    nats_server: EmbeddedNats, nc: NATS
+    nats_server: SecuredNats, nc: NATS
 ) -> None:
     async with loopback() as provider:
         provider.default = lambda: text_reply("spent", usage=(90, 20))
@@ -71,7 +71,7 @@ async def test_a_budget_spent_through_one_replica_is_enforced_by_another(
 
 
 async def test_usage_from_replicas_adds_up_in_the_shared_counters(
-    nats_server: EmbeddedNats, nc: NATS
+    nats_server: SecuredNats, nc: NATS
 ) -> None:
     async with (
         loopback() as provider,
@@ -92,7 +92,7 @@ async def test_usage_from_replicas_adds_up_in_the_shared_counters(
 
 
 async def test_runbus_usage_prints_calls_per_tenant_user_agent_route_and_model(
-    nats_server: EmbeddedNats, nc: NATS, capsys: pytest.CaptureFixture[str]
+    nats_server: SecuredNats, nc: NATS, capsys: pytest.CaptureFixture[str]
 ) -> None:
     settings = load_settings({"RUNBUS_NATS_URL": nats_server.url})
     async with loopback() as provider, router(nats_server.url, budgeted(provider.base_url)):
@@ -130,7 +130,7 @@ async def test_runbus_usage_prints_calls_per_tenant_user_agent_route_and_model(
 
 
 async def test_a_usage_query_for_a_malformed_day_is_refused(
-    nats_server: EmbeddedNats, nc: NATS
+    nats_server: SecuredNats, nc: NATS
 ) -> None:
     async with router(nats_server.url):
         reply = await nc.request(

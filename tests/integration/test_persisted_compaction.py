@@ -8,7 +8,6 @@ import nats
 import pytest
 
 from runbus.client import RunbusClient
-from runbus.embedded import EmbeddedNats
 from runbus.errors import RemoteError
 from runbus.messages import HistoryLoad
 from runbus.messages.history import HISTORY_LOADED_DECODER, HistoryLoaded
@@ -22,7 +21,7 @@ from runbus.messages.sessions import (
 )
 from runbus_gateway.agents import load_agents
 from tests.models import GatedModel, weather_then_answer
-from tests.stack import start_stack
+from tests.stack import SecuredNats, start_stack
 
 PERSISTED = """
 name = "windowed"
@@ -57,7 +56,7 @@ def test_persist_is_an_agents_compaction_key(tmp_path: Path) -> None:
 
 
 async def test_a_persisted_window_bounds_what_later_runs_load_and_the_originals_stay_for_audit(
-    nats_server: EmbeddedNats, tmp_path: Path
+    nats_server: SecuredNats, tmp_path: Path
 ) -> None:
     (tmp_path / "agents").mkdir()
     (tmp_path / "agents" / "windowed.toml").write_text(PERSISTED)
@@ -117,7 +116,7 @@ async def test_a_persisted_window_bounds_what_later_runs_load_and_the_originals_
 
 
 async def test_without_persist_the_stored_history_stays_whole(
-    nats_server: EmbeddedNats, tmp_path: Path
+    nats_server: SecuredNats, tmp_path: Path
 ) -> None:
     (tmp_path / "agents").mkdir()
     (tmp_path / "agents" / "windowed.toml").write_text(PERSISTED.replace("persist = true", ""))

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from nats.aio.client import Client as NATS
 
-from runbus.embedded import EmbeddedNats
 from runbus.messages import ToolSpec
 from tests.integration.model_provider import answer, ask, loopback, router
+from tests.stack import SecuredNats
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "services" / "model_router.md"
 KEYS = {"OPENAI_API_KEY": "sk-openai-test", "AZURE_OPENAI_API_KEY": "azure-test-key"}
@@ -79,7 +79,7 @@ def test_the_doc_shows_one_example_per_provider() -> None:
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 async def test_each_documented_provider_example_speaks_its_dialect_at_the_wire(
-    name: str, nats_server: EmbeddedNats, nc: NATS, monkeypatch: pytest.MonkeyPatch
+    name: str, nats_server: SecuredNats, nc: NATS, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for variable, value in KEYS.items():
         monkeypatch.setenv(variable, value)

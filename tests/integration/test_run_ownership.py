@@ -15,7 +15,6 @@ from nats.aio.client import Client as NATS
 
 from runbus import subjects
 from runbus.client import RunbusClient
-from runbus.embedded import EmbeddedNats
 from runbus.errors import RemoteError
 from runbus.messages import HistoryLoad, ModelRequest, RunCompleted, RunFailed
 from runbus.messages.history import HISTORY_LOADED_DECODER
@@ -30,7 +29,7 @@ from runbus_gateway.agents import load_agents
 from runbus_tool_executor.travel import ledger
 from tests.helpers import approval_requested, eventually, raw_request
 from tests.models import GatedModel, call, text
-from tests.stack import start_stack
+from tests.stack import SecuredNats, start_stack
 
 AGENTS = {"travel": msgspec.structs.replace(load_agents()["travel"], model="gated")}
 WINDOW = 0.5
@@ -50,7 +49,7 @@ async def _client(url: str, token: str) -> RunbusClient:
 
 
 @pytest.fixture
-async def users(nats_server: EmbeddedNats) -> AsyncIterator[dict[str, RunbusClient]]:
+async def users(nats_server: SecuredNats) -> AsyncIterator[dict[str, RunbusClient]]:
     clients = {n: await _client(nats_server.url, f"dev-{n}") for n in ("alice", "bob", "carol")}
     yield clients
     for client in clients.values():
@@ -60,9 +59,10 @@ async def users(nats_server: EmbeddedNats) -> AsyncIterator[dict[str, RunbusClie
 async def _stored_events(nc: NATS, run_id: str) -> list[tuple[str, str, dict[str, Any]]]:
     """Every stored event on the run's events subject: (tenant, user, body)."""
     js = nc.jetstream()
-    subject = subjects.events(run_id)
+    # Every owner's events subject of that run id.
+    subject = subjects.events("*", "*", run_id)
     info = await js.stream_info(subjects.EVENTS_STREAM, subjects_filter=subject)
-    stored = (info.state.subjects or {}).get(subject, 0)
+    stored = sum((info.state.subjects or {}).values())
     subscription = await js.subscribe(subject, stream=subjects.EVENTS_STREAM, ordered_consumer=True)
     events = []
     for _ in range(stored):
@@ -110,7 +110,7 @@ async def _own_failure(client: RunbusClient, user: str, run_id: str) -> dict[str
 
 
 async def test_another_owner_can_neither_reuse_nor_steer_a_run_id_and_alice_books_once(
-    nats_server: EmbeddedNats, tmp_path: Path, users: dict[str, RunbusClient]
+    nats_server: SecuredNats, tmp_path: Path, users: dict[str, RunbusClient]
 ) -> None:
     alice, bob, carol = users["alice"], users["bob"], users["carol"]
     async with start_stack(

@@ -10,7 +10,6 @@ import nats
 import pytest
 
 from runbus.client import RunbusClient
-from runbus.embedded import EmbeddedNats
 from runbus.errors import RemoteError
 from runbus.messages import ModelRequest, RunCompleted, RunFailed
 from runbus.messages.runs import (
@@ -29,7 +28,7 @@ from runbus_gateway.service import GatewayService
 from runbus_gateway.tenants import TenantLimits
 from tests.helpers import approval_requested, eventually
 from tests.models import GatedModel, call, text
-from tests.stack import start_stack
+from tests.stack import SecuredNats, start_stack
 
 AGENTS = {"travel": msgspec.structs.replace(load_agents()["travel"], model="gated")}
 
@@ -39,7 +38,7 @@ async def _client(url: str, token: str) -> RunbusClient:
 
 
 @pytest.fixture
-async def clients(nats_server: EmbeddedNats) -> AsyncIterator[tuple[RunbusClient, RunbusClient]]:
+async def clients(nats_server: SecuredNats) -> AsyncIterator[tuple[RunbusClient, RunbusClient]]:
     alice = await _client(nats_server.url, "dev-alice")  # tenant acme
     carol = await _client(nats_server.url, "dev-carol")  # tenant globex
     yield alice, carol
@@ -58,7 +57,7 @@ async def _status(client: RunbusClient, run_id: str) -> RunStatus:
 
 
 async def test_a_tenant_runs_no_more_than_its_limit_across_replicas_and_others_go_on(
-    nats_server: EmbeddedNats, tmp_path: Path, clients: tuple[RunbusClient, RunbusClient]
+    nats_server: SecuredNats, tmp_path: Path, clients: tuple[RunbusClient, RunbusClient]
 ) -> None:
     alice, carol = clients
     limits = TenantLimits(default=2)
@@ -110,7 +109,7 @@ async def test_a_tenant_runs_no_more_than_its_limit_across_replicas_and_others_g
 
 
 async def test_a_run_waiting_for_a_person_can_be_cancelled(
-    nats_server: EmbeddedNats, tmp_path: Path, clients: tuple[RunbusClient, RunbusClient]
+    nats_server: SecuredNats, tmp_path: Path, clients: tuple[RunbusClient, RunbusClient]
 ) -> None:
     alice, _ = clients
     model = GatedModel(_book_business)
@@ -136,7 +135,7 @@ def _book_business(request: ModelRequest, step: int):  # type: ignore[no-untyped
 
 
 async def test_a_run_waiting_for_a_person_says_so_until_the_decision(
-    nats_server: EmbeddedNats, tmp_path: Path, clients: tuple[RunbusClient, RunbusClient]
+    nats_server: SecuredNats, tmp_path: Path, clients: tuple[RunbusClient, RunbusClient]
 ) -> None:
     alice, _ = clients
     model = GatedModel(_book_business)
@@ -170,7 +169,7 @@ def _always_down(request: ModelRequest, step: int):  # type: ignore[no-untyped-d
 
 
 async def test_a_run_queued_for_a_retry_can_be_cancelled_before_its_next_attempt(
-    nats_server: EmbeddedNats, tmp_path: Path, clients: tuple[RunbusClient, RunbusClient]
+    nats_server: SecuredNats, tmp_path: Path, clients: tuple[RunbusClient, RunbusClient]
 ) -> None:
     alice, _ = clients
     model = GatedModel(_always_down)

@@ -15,7 +15,6 @@ from nats.aio.msg import Msg
 from runbus import headers as h
 from runbus import subjects
 from runbus.client import RunbusClient, RunFailedError
-from runbus.embedded import EmbeddedNats
 from runbus.errors import RemoteError
 from runbus.messages import HistoryLoad, RunCompleted, RunFailed
 from runbus.messages.history import HISTORY_LOADED_DECODER
@@ -38,7 +37,7 @@ from runbus_gateway.auth import TokenVerifier
 from runbus_gateway.service import GatewayService
 from tests.helpers import eventually, publish_and_collect, raw_request, types
 from tests.models import GatedModel, weather_then_answer
-from tests.stack import Stack, start_stack
+from tests.stack import SecuredNats, Stack, start_stack
 
 TRAVEL = load_agents()["travel"]
 
@@ -48,14 +47,14 @@ def agent(**changes: object) -> AgentSpec:
 
 
 @pytest.fixture
-async def alice(nats_server: EmbeddedNats) -> AsyncIterator[RunbusClient]:
+async def alice(nats_server: SecuredNats) -> AsyncIterator[RunbusClient]:
     nc = await nats.connect(nats_server.url)
     yield RunbusClient(nc, token="dev-alice")
     await nc.drain()
 
 
 @pytest.fixture
-async def bob(nats_server: EmbeddedNats) -> AsyncIterator[RunbusClient]:
+async def bob(nats_server: SecuredNats) -> AsyncIterator[RunbusClient]:
     nc = await nats.connect(nats_server.url)
     yield RunbusClient(nc, token="dev-bob")
     await nc.drain()
@@ -90,7 +89,7 @@ async def test_ten_runs_store_exactly_the_messages_a_user_would_count(
     ["history.load", "sessions.get", "sessions.export", "sessions.delete", "sessions.state.update"],
 )
 async def test_another_user_cannot_read_change_or_even_detect_a_session(
-    stack: Stack, alice: RunbusClient, bob: RunbusClient, nats_server: EmbeddedNats, op: str
+    stack: Stack, alice: RunbusClient, bob: RunbusClient, nats_server: SecuredNats, op: str
 ) -> None:
     await alice.run("travel", "Weather in Perth?", session_id="alices")
     message = {
@@ -250,7 +249,7 @@ async def test_append_to_a_missing_session_is_not_found(stack: Stack, nc: NATS) 
 
 @pytest.fixture
 async def gated_stack(
-    nats_server: EmbeddedNats, tmp_path: Path, request: pytest.FixtureRequest
+    nats_server: SecuredNats, tmp_path: Path, request: pytest.FixtureRequest
 ) -> AsyncIterator[tuple[Stack, GatedModel]]:
     policy = getattr(request, "param", "reject")
     model = GatedModel(weather_then_answer, hold={1})

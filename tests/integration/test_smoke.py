@@ -15,7 +15,7 @@ RAW = {
 
 
 async def test_smoke(stack: Stack, nc: NATS) -> None:
-    sub = await nc.subscribe("runbus.events.r-7f3a")
+    sub = await nc.subscribe("runbus.events.*.*.r-7f3a")
     js = nc.jetstream()
     await js.publish(
         "runbus.runs.travel",

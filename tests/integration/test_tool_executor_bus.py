@@ -16,7 +16,6 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from runbus import subjects
-from runbus.embedded import EmbeddedNats
 from runbus.headers import RunContext
 from runbus.messages import encode
 from runbus.messages.tools import (
@@ -36,6 +35,7 @@ from runbus_tool_executor.store import open_stores
 from runbus_tool_executor.travel import fare, ledger
 from runbus_tool_executor.travel import tools as travel
 from tests.helpers import eventually, take_time
+from tests.stack import SecuredNats
 
 ALICE = RunContext(
     run_id="r-bus", session_id="s1", agent="travel", props={"user_id": "alice", "tenant": "acme"}
@@ -89,7 +89,7 @@ Start = Callable[..., Awaitable[ToolExecutorService]]
 
 
 @pytest.fixture
-async def start(nats_server: EmbeddedNats, tmp_path: Path) -> AsyncIterator[Start]:
+async def start(nats_server: SecuredNats, tmp_path: Path) -> AsyncIterator[Start]:
     """Start a tool_executor replica on its own connection; stopped after the test."""
     async with AsyncExitStack() as stack:
 

@@ -8,13 +8,12 @@ from pathlib import Path
 import pytest
 from nats.aio.client import Client as NATS
 
-from runbus.embedded import EmbeddedNats
 from runbus_gateway.agents import AgentSpec
 from runbus_model_router.scripted import ScriptedCall, ScriptedReply
 from runbus_tool_executor.registry import ToolRegistry
 from runbus_tool_executor.travel import tools as travel
 from tests.helpers import publish_and_collect, raw_request
-from tests.stack import Stack, start_stack
+from tests.stack import SecuredNats, Stack, start_stack
 
 slow = ToolRegistry()
 
@@ -46,7 +45,7 @@ SCRIPT = [
 
 
 @pytest.fixture
-async def tool_stack(nats_server: EmbeddedNats, tmp_path: Path) -> AsyncIterator[Stack]:
+async def tool_stack(nats_server: SecuredNats, tmp_path: Path) -> AsyncIterator[Stack]:
     async with start_stack(
         nats_server.url,
         data_dir=tmp_path / "data",

@@ -24,12 +24,11 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from runbus.embedded import EmbeddedNats
 from runbus_gateway.agents import AgentSpec, MemoryPolicy, load_agents
 from runbus_model_router.scripted import ScriptedCall, ScriptedReply
 from tests.helpers import publish_and_collect, raw_request, types
 from tests.otlp_receiver import serve_traces
-from tests.stack import start_stack
+from tests.stack import SecuredNats, start_stack
 
 GOLDEN: Final = Path(__file__).parent / "golden" / "trace-shape.3-tool-run.json"
 RUN_ID: Final = "r-shape"
@@ -180,7 +179,7 @@ def receiver(monkeypatch: pytest.MonkeyPatch) -> Iterator[RawReceiver]:
 
 
 async def test_a_three_tool_run_is_one_trace_with_the_golden_span_tree(
-    receiver: RawReceiver, nats_server: EmbeddedNats, tmp_path: Path
+    receiver: RawReceiver, nats_server: SecuredNats, tmp_path: Path
 ) -> None:
     travel = load_agents()["travel"]
     planner = AgentSpec(

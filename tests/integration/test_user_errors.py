@@ -9,7 +9,6 @@ import nats
 import pytest
 
 from runbus.client import RunbusClient
-from runbus.embedded import EmbeddedNats
 from runbus.errors import ModelError
 from runbus.messages import ChatMessage, ModelRequest, RunFailed
 from runbus.messages.runs import RUN_INFO_DECODER, RunGet
@@ -17,7 +16,7 @@ from runbus_gateway.agents import load_agents
 from runbus_gateway.harness.config import HarnessConfig
 from runbus_gateway.harness.guardrails import ErrorMessages
 from tests.models import GatedModel
-from tests.stack import start_stack
+from tests.stack import SecuredNats, start_stack
 
 UPSTREAM = "upstream 500 from https://llm.internal:8443/v1"
 BUSY = "The assistant is busy; please try again in a minute."
@@ -40,7 +39,7 @@ def _upstream_fails(request: ModelRequest, step: int) -> ChatMessage:
     ("agent", "shown"), [("mapped", BUSY), ("travel", ErrorMessages().default)]
 )
 async def test_a_failed_run_shows_its_owner_the_agents_text_not_the_upstream_message(
-    nats_server: EmbeddedNats, tmp_path: Path, agent: str, shown: str
+    nats_server: SecuredNats, tmp_path: Path, agent: str, shown: str
 ) -> None:
     model = GatedModel(_upstream_fails)
     alice = RunbusClient(await nats.connect(nats_server.url), token="dev-alice")

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from runbus.errors import Unauthenticated
+from runbus.tokens import TokenFileError
 from runbus_gateway.agents import load_agents
 from runbus_gateway.auth import Principal, TokenVerifier
 from runbus_gateway.errors import GatewayConfigError
@@ -125,5 +126,5 @@ def test_a_token_file_with_an_unsafe_tenant_is_refused_naming_the_file(
     path = tmp_path / "tokens.toml"
     path.write_text(f'[tokens.t1]\nuser_id = "dana"\ntenant = "{tenant}"\n')
 
-    with pytest.raises(GatewayConfigError, match=r"tokens\.toml"):
+    with pytest.raises(TokenFileError, match=r"tokens\.toml"):
         TokenVerifier.from_file(path)

@@ -5,20 +5,25 @@ authenticated client API.
         done = await client.run("travel", "Weather in Sydney?", session_id="s1")
         async for event in client.stream("travel", "And in Perth?", session_id="s1"): ...
 
+The connection itself presents the token: the bus's auth service turns it into a NATS user
+that may publish run requests and API calls and read only this user's own events and inbox.
 What `run`/`stream` send is exactly a `run.request` JSON body with `rb-auth` and `Nats-Msg-Id`,
-so any NATS client can do the same by hand. Events are read from the events stream, not the
-live subject: a client that starts late or reconnects replays from the start (or after a
-sequence it saw) with no gap and no duplicate, then follows live.
+so any NATS client connected with the token can do the same by hand. Events are read from
+the events stream, not the live subject: a client that starts late or reconnects replays from
+the start (or after a sequence it saw) with no gap and no duplicate, then follows live.
 """
 
+import asyncio
+import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing, asynccontextmanager
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 import nats
 import nats.errors
+import nats.js.errors
 from nats.aio.client import Client as NATS
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.client import JetStreamContext
@@ -27,7 +32,7 @@ from opentelemetry.trace import SpanKind
 
 from . import blobs, subjects
 from . import headers as h
-from .errors import DeadlineExceeded, RemoteError, Unavailable
+from .errors import Conflict, DeadlineExceeded, RemoteError, Unauthenticated, Unavailable
 from .messages import (
     ChatMessage,
     RunCompleted,
@@ -37,9 +42,11 @@ from .messages import (
     TextContent,
     encode,
 )
+from .messages.auth import IDENTITY_DECODER, Identity, WhoAmI
 from .messages.errors import ERROR_DECODER
-from .messages.runs import RUN_EVENT_DECODER
+from .messages.runs import RUN_EVENT_DECODER, RUN_INFO_DECODER, RunGet
 from .telemetry import inject, messaging_attributes
+from .tokens import token_digest
 
 T = TypeVar("T")
 PushSubscription = JetStreamContext.PushSubscription
@@ -60,15 +67,60 @@ class SequencedEvent(msgspec.Struct, frozen=True):
     event: RunEvent
 
 
+JS_APIS = (subjects.CLIENT_JS_API, "$JS.API")
+DUPLICATE_CHECKS = (0.05, 0.1, 0.2, 0.4, 0.8)
+"""Pauses between asking for the caller's own record of a run id JetStream called a
+duplicate (about 1.5 s in all: a record is written as its run starts)."""
+LIVE_CHECK = 1.0
+"""Seconds between checks, while following live, that the connection did not drop."""
+
+
+def _run_event(run_id: str, data: bytes) -> RunEvent | None:
+    """The event in `data` if it is one of `run_id`'s; anything else on the subject (a reply
+    someone steered there) is not an event of this run."""
+    try:
+        event = RUN_EVENT_DECODER.decode(data)
+    except msgspec.DecodeError:
+        return None
+    return event if event.run_id == run_id else None
+
+
 def new_run_id() -> str:
     return f"r-{uuid.uuid4().hex[:16]}"
 
 
 class RunbusClient:
-    def __init__(self, nc: NATS, *, token: str) -> None:
+    def __init__(self, nc: NATS, *, token: str, identity: Identity | None = None) -> None:
         self.nc = nc
         self.token = token
         self.tracer = trace.get_tracer("runbus.client")
+        self._identity = identity
+        self._js_api = ""
+
+    async def identity(self) -> Identity:
+        """Which owner the token stands for (asked of the auth service once)."""
+        if self._identity is None:
+            try:
+                reply = await self.nc.request(
+                    subjects.AUTH_WHOAMI,
+                    encode(WhoAmI()),
+                    timeout=10,
+                    headers={h.AUTH: f"Bearer {self.token}"},
+                )
+            except nats.errors.NoRespondersError:
+                raise Unavailable("no auth service answers: is runbus up?") from None
+            except nats.errors.TimeoutError:
+                raise DeadlineExceeded("the auth service did not answer whoami") from None
+            if reply.headers and h.ERROR in reply.headers:
+                info = ERROR_DECODER.decode(reply.data).error
+                raise RemoteError(info.code, info.message, details=info.details)
+            self._identity = IDENTITY_DECODER.decode(reply.data)
+        return self._identity
+
+    async def events_subject(self, run_id: str) -> str:
+        """The subject this user's run `run_id` publishes its events on."""
+        me = await self.identity()
+        return subjects.events(me.tenant, me.user_id, run_id)
 
     async def start(
         self,
@@ -98,12 +150,28 @@ class RunbusClient:
             headers = {h.AUTH: f"Bearer {self.token}", h.MSG_ID: run_id}
             inject(headers)
             try:
-                await self.nc.jetstream().publish(subject, data, headers=headers)
+                ack = await self.nc.jetstream().publish(subject, data, headers=headers)
             except nats.errors.NoRespondersError:
                 raise Unavailable(
                     "no run queue on this NATS: is the gateway running (`runbus up`)?"
                 ) from None
+        if ack.duplicate:
+            await self._own_duplicate(run_id)
         return run_id
+
+    async def _own_duplicate(self, run_id: str) -> None:
+        """A run request JetStream already holds: fine if it is the caller's own (a retried
+        publish), a conflict if the id is another owner's. The caller's own record may lag
+        its request by a moment, so not-found is asked again for a short while."""
+        for wait in DUPLICATE_CHECKS:
+            try:
+                await self.call("runs.get", RunGet(run_id=run_id), RUN_INFO_DECODER)
+                return
+            except RemoteError as exc:
+                if exc.remote_code != "not_found":
+                    raise
+            await asyncio.sleep(wait)
+        raise Conflict(f"run id {run_id!r} is already in use; start the run with a new id")
 
     async def start_traced(
         self,
@@ -159,36 +227,72 @@ class RunbusClient:
         run_id: str | None = None,
         timeout: float = 300.0,
     ) -> AsyncGenerator[RunEvent, None]:
-        """Start a run and yield its events until `run.completed` or `run.failed`."""
+        """Start a run and yield its events until `run.completed` or `run.failed`.
+
+        The events come on a plain subscription to the run's subject, made before the request
+        is published, so nothing is missed while the connection holds; only if it dropped
+        meanwhile are they replayed from the events stream (those not yet yielded).
+        """
         run_id = run_id or new_run_id()
-        # The consumer exists before the request is published: nothing can be missed.
-        subscription = await self._subscribe(run_id, 0)
+        live = await self.nc.subscribe(await self.events_subject(run_id))
+        reconnects = self.nc.stats["reconnects"]
         try:
             await self.start(agent, message, session_id=session_id, run_id=run_id)
         except BaseException:
-            await subscription.unsubscribe()
+            await live.unsubscribe()
             raise
-        async with aclosing(self._events(run_id, subscription, timeout)) as events:
+        seen = 0
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                if self.nc.stats["reconnects"] != reconnects:
+                    break  # the connection dropped: what was published meanwhile is lost
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise Unavailable(f"no event from run {run_id} for {timeout:.0f}s")
+                try:
+                    msg = await live.next_msg(timeout=min(left, LIVE_CHECK))
+                except nats.errors.TimeoutError:
+                    continue
+                event = _run_event(run_id, msg.data)
+                if event is None:
+                    continue
+                seen += 1
+                deadline = time.monotonic() + timeout
+                yield event
+                if isinstance(event, RunCompleted | RunFailed):
+                    return
+        finally:
+            await live.unsubscribe()
+        # Replay from the stream, skipping the events already yielded (same order).
+        replay = await self._subscribe(run_id, 0)
+        async with aclosing(self._events(run_id, replay, timeout)) as events:
             async for item in events:
+                if seen:
+                    seen -= 1
+                    continue
                 yield item.event
 
     async def _subscribe(self, run_id: str, after: int) -> PushSubscription:
+        # A named consumer: its create subject then carries the filter, the form the bus's
+        # permissions pin to this user's own events.
+        config = ConsumerConfig(name=f"follow-{uuid.uuid4().hex}")
         if after:
-            config = ConsumerConfig(
-                deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=after + 1
-            )
-            return await self.nc.jetstream().subscribe(
-                subjects.events(run_id),
-                stream=subjects.EVENTS_STREAM,
-                ordered_consumer=True,
-                config=config,
-            )
-        return await self.nc.jetstream().subscribe(
-            subjects.events(run_id),
-            stream=subjects.EVENTS_STREAM,
-            ordered_consumer=True,
-            deliver_policy=DeliverPolicy.ALL,
-        )
+            config.deliver_policy = DeliverPolicy.BY_START_SEQUENCE
+            config.opt_start_seq = after + 1
+        subject = await self.events_subject(run_id)
+        # A token connection reaches JetStream under the clients' API prefix; a connection
+        # inside the services' account (or on an open bus) under JetStream's own.
+        for api in (self._js_api,) if self._js_api else JS_APIS:
+            try:
+                subscription = await self.nc.jetstream(prefix=api).subscribe(
+                    subject, stream=subjects.EVENTS_STREAM, ordered_consumer=True, config=config
+                )
+            except (nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableError):
+                continue
+            self._js_api = api
+            return subscription
+        raise Unavailable("no JetStream answers for the events stream: is runbus up?")
 
     @staticmethod
     async def _events(
@@ -252,10 +356,80 @@ class RunbusClient:
         return decoder.decode(reply.data)
 
 
+def refused_message(url: str) -> str:
+    return (
+        f"NATS at {url} refused the token: it is unknown or expired. Set RUNBUS_TOKEN (CLI) "
+        "or pass token= (SDK) to a token of yours; `runbus up` prints the dev tokens."
+    )
+
+
+async def open_connection(
+    url: str | list[str],
+    token: str,
+    *,
+    name: str = "runbus-client",
+    patience: float | None = None,
+    **options: Any,
+) -> NATS:
+    """A NATS connection that presents `token` and uses that token's inbox prefix.
+
+    A token the bus refuses raises `Unauthenticated` at once (nats-py alone would retry it
+    forever); no server within `patience` seconds raises `Unavailable`.
+    """
+    servers = [url] if isinstance(url, str) else url
+    servers = [part.strip() for item in servers for part in item.split(",") if part.strip()]
+    refused = asyncio.Event()
+    also = options.pop("error_cb", None)
+
+    async def on_error(exc: Exception) -> None:
+        if "authorization violation" in str(exc).lower():
+            refused.set()
+        if also is not None:
+            await also(exc)
+
+    nc = NATS()
+    connecting = asyncio.ensure_future(
+        nc.connect(
+            servers,
+            name=name,
+            token=token,
+            inbox_prefix=subjects.client_inbox_prefix(token_digest(token)),
+            error_cb=on_error,
+            **options,
+        )
+    )
+    waiting = asyncio.ensure_future(refused.wait())
+    try:
+        await asyncio.wait(
+            {connecting, waiting}, timeout=patience, return_when=asyncio.FIRST_COMPLETED
+        )
+    finally:
+        waiting.cancel()
+    if connecting.done() and connecting.exception() is None:
+        return nc
+    # Closing first ends nats-py's retries and its socket; the connect attempt then ends too.
+    await nc.close()
+    connecting.cancel()
+    await asyncio.gather(connecting, return_exceptions=True)
+    if nc._transport is not None:  # a socket the cancelled attempt had just opened
+        nc._transport.close()  # type: ignore[no-untyped-call]
+    where = ", ".join(servers)
+    if refused.is_set():
+        raise Unauthenticated(refused_message(where))
+    if connecting.done() and not connecting.cancelled() and connecting.exception() is not None:
+        raise Unavailable(f"cannot reach NATS at {where}: {connecting.exception()}")
+    raise Unavailable(
+        f"no NATS server answered at {where} within {patience:g} s "
+        "(start one with `runbus up`, or set RUNBUS_NATS_URL)"
+    )
+
+
 @asynccontextmanager
-async def connect(url: str, *, token: str) -> AsyncIterator[RunbusClient]:
-    """A client on its own connection, drained on exit."""
-    nc = await nats.connect(url)
+async def connect(
+    url: str | list[str], *, token: str, **options: Any
+) -> AsyncIterator[RunbusClient]:
+    """A client on its own connection (authenticated by `token`), drained on exit."""
+    nc = await open_connection(url, token, **options)
     try:
         yield RunbusClient(nc, token=token)
     finally:

@@ -7,11 +7,10 @@ import uuid
 from pathlib import Path
 from typing import Literal, TextIO
 
-from .client import RunbusClient
+from .client import RunbusClient, open_connection
 from .local_model import MODEL_NAME, LocalModelServer
 from .messages.runs import APPROVAL_DECIDED_DECODER, ApprovalDecide, RunApprovalRequested
 from .render import EventPrinter
-from .runner import connect
 from .settings import Settings
 from .supervisor import ProcessStack
 
@@ -81,7 +80,7 @@ async def _converse(
     )
     tag = uuid.uuid4().hex[:6]
     try:
-        nc = await connect(url, "runbus-demo")
+        nc = await open_connection(url, settings.token, name="runbus-demo")
         try:
             client = RunbusClient(nc, token=settings.token)
             printer = EventPrinter(out)

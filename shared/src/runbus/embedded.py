@@ -30,12 +30,24 @@ def nats_server_binary() -> Path:
 
 
 class EmbeddedNats:
-    """A `nats-server -js` child process on 127.0.0.1; port 0 picks a free port."""
+    """A `nats-server -js` child process on 127.0.0.1; port 0 picks a free port.
 
-    def __init__(self, store_dir: Path, *, port: int = 0, log_file: Path | None = None) -> None:
+    With `config_file` (see `runbus.busauth.write_server_config`) it runs with the accounts,
+    users and auth callout of a secured stack; without, it is an open bus.
+    """
+
+    def __init__(
+        self,
+        store_dir: Path,
+        *,
+        port: int = 0,
+        log_file: Path | None = None,
+        config_file: Path | None = None,
+    ) -> None:
         self.store_dir = store_dir
         self.port = port
         self.log_file = log_file
+        self.config_file = config_file
         self.url = ""
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -44,10 +56,12 @@ class EmbeddedNats:
         self.store_dir.mkdir(parents=True, exist_ok=True)
         ports_dir = Path(tempfile.mkdtemp(prefix="runbus-nats-ports-"))
         log = open(self.log_file, "ab") if self.log_file else subprocess.DEVNULL  # noqa: SIM115
+        config = ["--config", str(self.config_file)] if self.config_file else []
         try:
             self._process = subprocess.Popen(
                 [
                     str(nats_server_binary()),
+                    *config,
                     "--addr", "127.0.0.1",
                     "--port", str(self.port or -1),
                     "--jetstream",

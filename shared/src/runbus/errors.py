@@ -37,6 +37,12 @@ class NotFound(RunbusError):
     code = "not_found"
 
 
+class Conflict(RunbusError):
+    """The id is already in use by something that is not the caller's (e.g. a run id)."""
+
+    code = "conflict"
+
+
 class UnknownAgent(NotFound):
     """No agent definition has that name."""
 

@@ -18,6 +18,7 @@ import uvloop
 from nats.aio.client import Client as NATS
 from opentelemetry.sdk.trace import TracerProvider
 
+from . import busauth, subjects
 from .errors import RunbusError, Unavailable
 from .logs import configure_logging
 from .progress import Progress, current, install
@@ -70,7 +71,27 @@ def redact_url(url: str) -> str:
     return ",".join(redacted)
 
 
-async def connect(url: str, name: str, *, patience: float | None = None) -> NATS:
+def process_credentials(settings: Settings, user: str) -> busauth.Credentials | None:
+    """RUNBUS_NATS_USER with its password file, else the credentials of `user` that
+    `runbus up` generated under the data dir, else none (an open bus)."""
+    if settings.nats_user:
+        if not settings.nats_password_file:
+            raise SettingsError("RUNBUS_NATS_PASSWORD_FILE", "required with RUNBUS_NATS_USER")
+        try:
+            password = Path(settings.nats_password_file).read_text().strip()
+        except OSError as exc:
+            raise SettingsError("RUNBUS_NATS_PASSWORD_FILE", str(exc)) from None
+        return busauth.Credentials(settings.nats_user, password)
+    return busauth.stack_credentials(settings.data_path, user)
+
+
+async def connect(
+    url: str,
+    name: str,
+    *,
+    patience: float | None = None,
+    credentials: busauth.Credentials | None = None,
+) -> NATS:
     """Connect for good: reconnect forever. `url` may list every node of a cluster,
     comma-separated (`nats://n1:4222,nats://n2:4222`).
 
@@ -95,9 +116,16 @@ async def connect(url: str, name: str, *, patience: float | None = None) -> NATS
         if patience is None:
             log.info("nats_reconnected")
 
+    auth = (
+        {"user": credentials.user, "password": credentials.password}
+        if credentials and not busauth.in_url(url)
+        else {}
+    )
     connecting = nats.connect(
         servers,
         name=name,
+        inbox_prefix=subjects.SERVICE_INBOX_PREFIX,
+        **auth,
         # A service reconnects forever; a command gives up after about `patience` seconds
         # without NATS and says so, instead of hanging.
         max_reconnect_attempts=-1 if patience is None else max(1, int(patience / 0.5)),
@@ -128,9 +156,15 @@ async def serve(factory: ServiceFactory, settings: Settings) -> None:
         loop.add_signal_handler(sig, stop.set)
     try:
         progress.report("connecting to NATS")
+        user = busauth.AUTH_USER if factory.name == "auth" else busauth.SERVICE_USER
         # A stop asked for while NATS is not there yet ends the wait, not ignored by it.
         nc = await _unless_stopped(
-            connect(resolve_nats_url(settings), f"runbus-{factory.name}"), stop
+            connect(
+                resolve_nats_url(settings),
+                f"runbus-{factory.name}",
+                credentials=process_credentials(settings, user),
+            ),
+            stop,
         )
         if nc is None:
             log.info("service_start_abandoned", step=progress.step)

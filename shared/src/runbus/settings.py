@@ -26,6 +26,17 @@ class SettingsError(Exception):
 class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     nats_url: str | None = None
     """Existing NATS server to use; when unset, `runbus up` starts an embedded one."""
+    nats_user: str | None = None
+    """User a service or `runbus status` connects as, with `nats_password_file` (default:
+    the credentials `runbus up` generated under the data dir, if any)."""
+    nats_password_file: str | None = None
+    """File holding the password of `nats_user` (a mounted secret)."""
+    auth_issuer_seed_file: str | None = None
+    """Auth service: file holding the issuer account's nkey seed (default: the one `runbus
+    up` generated under the data dir)."""
+    open_bus: bool = False
+    """`runbus up`: an embedded NATS with no authentication at all, for hacking only (any
+    local process can then act as any user); warns at every start."""
     data_dir: str = ".runbus"
     """Where embedded state lives: JetStream store, embedded Qdrant, logs."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
@@ -33,7 +44,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     log_format: Literal["auto", "json", "console"] = "auto"
     """`auto` is JSON unless stderr is a terminal."""
     token: str = "dev-alice"
-    """Credential the CLI and client send as `rb-auth: Bearer <token>`."""
+    """Credential the CLI and client connect to NATS with and send as `rb-auth: Bearer
+    <token>`."""
     tokens_file: str | None = None
     """Gateway: TOML file of token → user_id, tenant (default: the packaged dev tokens)."""
     agents_dir: str | None = None

@@ -24,10 +24,11 @@ owner's request can reach that run."""
 BLOBS_BUCKET: Final = "RUNBUS_BLOBS"
 """Object store of large content parts, referenced as `runbus-blob://<sha256>`."""
 
-# Run events: plain publishes captured by a JetStream stream for late readers.
+# Run events: plain publishes captured by a JetStream stream for late readers. The subject
+# names the run's owner, so NATS permissions can give each user their own events only.
 EVENTS_STREAM: Final = "RUNBUS_EVENTS"
 EVENTS_ALL: Final = f"{PREFIX}.events.>"
-EVENTS_TEMPLATE: Final = f"{PREFIX}.events.{{run_id}}"
+EVENTS_TEMPLATE: Final = f"{PREFIX}.events.{{tenant}}.{{user_id}}.{{run_id}}"
 
 # Run control: a cancel of one owner's run is published here; whoever works for it listens.
 CANCEL_ALL: Final = f"{PREFIX}.cancel.>"
@@ -118,9 +119,19 @@ def run_key(tenant: str, user_id: str, run_id: str) -> str:
     return f"{tenant}.{user_id}.{run_id}"
 
 
-def events(run_id: str) -> str:
-    """Subject the events of `run_id` are published on."""
-    return f"{PREFIX}.events.{run_id}"
+UNOWNED: Final = "~"
+"""Owner token of a run request whose owner is unknown (its token failed): no principal can
+have it (it is no identifier), so no client reads that run's `run.failed`."""
+
+
+def events(tenant: str, user_id: str, run_id: str) -> str:
+    """Subject the events of `run_id`, owned by `user_id` of `tenant`, are published on."""
+    return f"{PREFIX}.events.{tenant or UNOWNED}.{user_id or UNOWNED}.{run_id}"
+
+
+def owner_events(tenant: str, user_id: str) -> str:
+    """Every event subject of one owner's runs (what that user may read)."""
+    return f"{PREFIX}.events.{tenant}.{user_id}.>"
 
 
 def run_cancel(tenant: str, user_id: str, run_id: str) -> str:
@@ -156,3 +167,32 @@ def history_compactions(tenant: str, session_id: str) -> str:
     """Storage subject of one session's persisted compactions, in the history stream next to
     its messages (internal to the history service)."""
     return f"{PREFIX}.hist.{tenant}.{session_id}.compactions"
+
+
+# Connection identities. Services and the auth callout use credentials of their own (they
+# bypass the callout); a client connects with its bearer token, which the callout turns into
+# a NATS user allowed only that user's subjects.
+AUTH_CALLOUT: Final = "$SYS.REQ.USER.AUTH"
+"""Where nats-server asks the auth service about each client connection."""
+AUTH_WHOAMI: Final = f"{PREFIX}.auth.whoami"
+"""Where a client learns which tenant and user its token stands for."""
+SERVICE_INBOX_PREFIX: Final = "_RBSVC"
+"""Reply subjects of service connections: no client may subscribe under it."""
+CLIENT_INBOX_ROOT: Final = "_INBOX"
+
+
+def client_inbox_prefix(token_digest: str) -> str:
+    """Inbox prefix of a client connection: its replies and consumer deliveries land under
+    it, and only that credential's connections may subscribe there."""
+    return f"{CLIENT_INBOX_ROOT}.{token_digest}"
+
+
+CLIENT_JS_API: Final = "JS.RUNBUS.API"
+"""JetStream API prefix of client connections: their account imports only the consumer
+creation of the events stream from the services' account, under this prefix."""
+
+
+def consumer_create(stream: str, filter_subject: str, api: str = "$JS.API") -> str:
+    """The JetStream API subject that creates a named consumer of `stream` with one filter
+    (any name): the form a permission can pin to a filter."""
+    return f"{api}.CONSUMER.CREATE.{stream}.*.{filter_subject}"

@@ -21,14 +21,26 @@ import structlog
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from . import subjects
+from . import busauth, subjects
 from .embedded import EmbeddedNats
 from .logs import read_lines
 from .messages.progress import SERVICE_PROGRESS_DECODER, ServiceProgress
-from .runner import URL_FILE, redact_url
+from .runner import URL_FILE, process_credentials, redact_url
 from .settings import Settings
 
-SERVICES: Final = ("history", "memory", "compaction", "model_router", "tool_executor", "gateway")
+SERVICES: Final = (
+    "auth",
+    "history",
+    "memory",
+    "compaction",
+    "model_router",
+    "tool_executor",
+    "gateway",
+)
+OPEN_BUS_WARNING: Final = (
+    "runbus: WARNING: open bus (--open-bus): NATS has no authentication; any local process "
+    "can act as any user and call internal subjects. For hacking only."
+)
 DEFAULT_PORT: Final = 4222
 STALL_AFTER: Final = 60.0
 """Seconds a starting process may show no progress (no new step, no retry, no log line, and
@@ -180,6 +192,8 @@ class ProcessStack:
         self._nats: EmbeddedNats | None = None
         self._nc: NATS | None = None
         self._env: dict[str, str] = {}
+        self._identity_env: dict[str, dict[str, str]] = {}
+        """Per kind of process (`auth`, `service`): the credential files it connects with."""
         self._processes: list[tuple[str, asyncio.subprocess.Process]] = []
         self._replicas: dict[str, Replica] = {}
         self._pumps: list[asyncio.Task[None]] = []
@@ -198,10 +212,18 @@ class ProcessStack:
         try:
             (self.data / "logs").mkdir(parents=True, exist_ok=True)
             if not self.url:
+                config = None
+                if self.settings.open_bus:
+                    print(OPEN_BUS_WARNING, file=self.echo or sys.stderr, flush=True)
+                else:
+                    secrets = busauth.StackSecrets.load_or_create(self.data)
+                    config = busauth.write_server_config(self.data, secrets)
+                    self._identity_env = self._credential_env()
                 self._nats = EmbeddedNats(
                     self.data / "jetstream",
                     port=self._port(),
                     log_file=self.data / "logs" / "nats.log",
+                    config_file=config,
                 )
                 self.url = self._nats.start()
                 (self.data / URL_FILE).write_text(self.url)
@@ -229,9 +251,16 @@ class ProcessStack:
         async def quiet(_: Exception) -> None:
             pass  # the services say what NATS is doing; this connection only listens
 
+        credentials = process_credentials(self.settings, busauth.SERVICE_USER)
         self._nc = await nats.connect(
             [part.strip() for part in self.url.split(",") if part.strip()],
             name="runbus-supervisor",
+            inbox_prefix=subjects.SERVICE_INBOX_PREFIX,
+            **(
+                {"user": credentials.user, "password": credentials.password}
+                if credentials and not busauth.in_url(self.url)
+                else {}
+            ),
             max_reconnect_attempts=-1,
             reconnect_time_wait=0.5,
             error_cb=quiet,
@@ -256,13 +285,29 @@ class ProcessStack:
             replica.reported = True
             self._changed.set()
 
+    def _credential_env(self) -> dict[str, dict[str, str]]:
+        """Paths, never secrets: a replica with a data dir of its own still finds them."""
+        folder = busauth.secrets_dir(self.data).resolve()
+        return {
+            "auth": {
+                "RUNBUS_NATS_USER": busauth.AUTH_USER,
+                "RUNBUS_NATS_PASSWORD_FILE": str(folder / f"{busauth.AUTH_USER}.password"),
+                "RUNBUS_AUTH_ISSUER_SEED_FILE": str(folder / busauth.ISSUER_SEED_FILE),
+            },
+            "service": {
+                "RUNBUS_NATS_USER": busauth.SERVICE_USER,
+                "RUNBUS_NATS_PASSWORD_FILE": str(folder / f"{busauth.SERVICE_USER}.password"),
+            },
+        }
+
     async def _spawn(self, label: str) -> None:
         service = label.split("#")[0]
+        identity = self._identity_env.get("auth" if service == "auth" else "service", {})
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
             f"runbus_{service}",
-            env={**self._env, **self.replica_env.get(label, {})},
+            env={**self._env, **identity, **self.replica_env.get(label, {})},
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
         )

@@ -5,13 +5,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import aiohttp
+import nats
 import pytest
 
-from runbus.client import RunbusClient, connect
-from runbus.embedded import EmbeddedNats
+from runbus.client import RunbusClient
 from runbus_ingress.connections import UserConnections
 from runbus_ingress.server import listening
-from tests.stack import Stack
+from tests.stack import SecuredNats, Stack
 
 ALICE = {"Authorization": "Bearer dev-alice"}
 BOB = {"Authorization": "Bearer dev-bob"}
@@ -36,15 +36,18 @@ async def ingress(
 
 
 @pytest.fixture
-async def alice(nats_server: EmbeddedNats) -> AsyncIterator[RunbusClient]:
-    async with connect(nats_server.url, token="dev-alice") as client:
-        yield client
+async def alice(nats_server: SecuredNats) -> AsyncIterator[RunbusClient]:
+    """Alice on a connection with the service credential: the tests also read the events
+    stream directly, to compare what the ingress sent with what is stored."""
+    nc = await nats.connect(nats_server.url)
+    yield RunbusClient(nc, token="dev-alice")
+    await nc.drain()
 
 
 @pytest.fixture
-async def served(stack: Stack, nats_server: EmbeddedNats) -> AsyncIterator[str]:
+async def served(stack: Stack, nats_server: SecuredNats) -> AsyncIterator[str]:
     """Base URL of an ingress in front of the whole stack."""
-    async with listening(nats_server.url, "127.0.0.1", 0) as base:
+    async with listening(nats_server.client_url, "127.0.0.1", 0) as base:
         yield base
 
 

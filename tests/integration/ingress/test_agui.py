@@ -10,13 +10,12 @@ import pydantic
 from ag_ui import core as ag
 
 from runbus.client import RunbusClient
-from runbus.embedded import EmbeddedNats
 from runbus.messages import ModelRequest, RunCompleted
 from runbus_gateway.agents import load_agents
 from runbus_gateway.harness.config import HarnessConfig, TodosConfig
 from tests.integration.ingress.conftest import ALICE, BOB, ingress
 from tests.models import GatedModel, call, text
-from tests.stack import start_stack
+from tests.stack import SecuredNats, start_stack
 
 EVENT = pydantic.TypeAdapter(ag.Event)
 
@@ -87,7 +86,7 @@ async def test_an_agui_client_sees_the_run_start_call_a_tool_stream_text_and_fin
 
 
 async def test_the_todo_list_arrives_as_state_snapshots_when_it_changes(
-    nats_server: EmbeddedNats, tmp_path: Path
+    nats_server: SecuredNats, tmp_path: Path
 ) -> None:
     def plan(request: ModelRequest, step: int):  # type: ignore[no-untyped-def]
         if step == 0:

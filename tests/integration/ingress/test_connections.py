@@ -1,17 +1,16 @@
 """One bus connection per user: reused across that user's requests, never shared with another
 user, closed when idle, bounded (a full ingress refuses with a typed 503 instead of queueing)."""
 
-from runbus.embedded import EmbeddedNats
 from runbus_ingress.connections import UserConnections
 from tests.helpers import eventually
 from tests.integration.ingress.conftest import ALICE, BOB, ingress
-from tests.stack import Stack
+from tests.stack import SecuredNats, Stack
 
 CAROL = {"Authorization": "Bearer dev-carol"}
 
 
 async def test_each_user_gets_one_connection_of_their_own_reused_across_requests(
-    stack: Stack, nats_server: EmbeddedNats
+    stack: Stack, nats_server: SecuredNats
 ) -> None:
     connections = UserConnections(nats_server.url, idle_timeout=60)
     async with ingress(nats_server.url, connections=connections) as (_, http):
@@ -27,7 +26,7 @@ async def test_each_user_gets_one_connection_of_their_own_reused_across_requests
 
 
 async def test_an_idle_connection_is_closed_and_reopened_on_the_next_request(
-    stack: Stack, nats_server: EmbeddedNats
+    stack: Stack, nats_server: SecuredNats
 ) -> None:
     connections = UserConnections(nats_server.url, idle_timeout=0.2)
     async with ingress(nats_server.url, connections=connections) as (_, http):
@@ -44,7 +43,7 @@ async def test_an_idle_connection_is_closed_and_reopened_on_the_next_request(
 
 
 async def test_a_full_ingress_refuses_with_503_and_makes_room_from_idle_users(
-    stack: Stack, nats_server: EmbeddedNats
+    stack: Stack, nats_server: SecuredNats
 ) -> None:
     connections = UserConnections(nats_server.url, max_connections=2, idle_timeout=60)
     async with ingress(nats_server.url, connections=connections) as (_, http):
@@ -66,7 +65,7 @@ async def test_a_full_ingress_refuses_with_503_and_makes_room_from_idle_users(
 
 
 async def test_a_token_the_bus_refuses_keeps_no_connection(
-    stack: Stack, nats_server: EmbeddedNats
+    stack: Stack, nats_server: SecuredNats
 ) -> None:
     connections = UserConnections(nats_server.url, idle_timeout=60)
     async with ingress(nats_server.url, connections=connections) as (_, http):

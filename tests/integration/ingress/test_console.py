@@ -12,13 +12,12 @@ import msgspec
 import pytest
 from playwright.async_api import Browser, Page, async_playwright, expect
 
-from runbus.embedded import EmbeddedNats
 from runbus.messages import ChatMessage, ModelRequest, ModelResponse, TextContent, Usage
 from runbus_gateway.agents import load_agents
 from runbus_model_router.backends import OnDelta
 from tests.integration.ingress.conftest import ingress
 from tests.models import call, turn_step
-from tests.stack import start_stack
+from tests.stack import SecuredNats, start_stack
 
 CHROMIUM = "/usr/bin/chromium"
 JAEGER = "http://jaeger.invalid:16686"
@@ -91,7 +90,7 @@ async def sign_in(page: Page, base: str, token: str) -> None:
 
 @pytest.mark.browser
 async def test_a_person_signs_in_runs_approves_watches_the_answer_and_is_refused_others_runs(
-    nats_server: EmbeddedNats, tmp_path: Path, browser: Browser
+    nats_server: SecuredNats, tmp_path: Path, browser: Browser
 ) -> None:
     model = BookingModel()
     agents = {"travel": msgspec.structs.replace(load_agents()["travel"], model="booking")}

@@ -17,7 +17,6 @@ from structlog.testing import capture_logs
 
 from runbus import subjects
 from runbus.client import RunbusClient, SequencedEvent
-from runbus.embedded import EmbeddedNats
 from runbus.messages import RunCompleted
 from runbus.messages.runs import RUN_EVENT_DECODER
 from runbus_gateway.agents import load_agents
@@ -25,7 +24,7 @@ from runbus_ingress.sse import event_type
 from tests.helpers import eventually
 from tests.integration.ingress.conftest import ALICE, BOB, ingress
 from tests.models import GatedModel, weather_then_answer
-from tests.stack import Stack, start_stack
+from tests.stack import SecuredNats, Stack, start_stack
 
 AGENTS = {"travel": msgspec.structs.replace(load_agents()["travel"], model="gated")}
 
@@ -207,7 +206,7 @@ async def test_another_users_run_is_not_found(
 
 
 async def test_cancel_ends_a_running_run_and_its_stream(
-    nats_server: EmbeddedNats, tmp_path: Path, alice: RunbusClient
+    nats_server: SecuredNats, tmp_path: Path, alice: RunbusClient
 ) -> None:
     model = GatedModel(weather_then_answer, hold={0})
     async with (
@@ -239,7 +238,7 @@ async def test_cancel_ends_a_running_run_and_its_stream(
 
 
 async def test_a_queued_run_gets_its_stream_at_once_and_its_events_when_it_starts(
-    nats_server: EmbeddedNats, tmp_path: Path, alice: RunbusClient
+    nats_server: SecuredNats, tmp_path: Path, alice: RunbusClient
 ) -> None:
     model = GatedModel(weather_then_answer, hold={0})
     async with (
@@ -267,7 +266,7 @@ async def test_a_queued_run_gets_its_stream_at_once_and_its_events_when_it_start
 
 
 async def test_a_client_that_hangs_up_mid_run_does_not_stop_the_run_and_can_resume_live(
-    nats_server: EmbeddedNats, tmp_path: Path, alice: RunbusClient
+    nats_server: SecuredNats, tmp_path: Path, alice: RunbusClient
 ) -> None:
     model = GatedModel(weather_then_answer, hold={1})
     async with (
@@ -303,7 +302,7 @@ async def _collect(items: AsyncIterator[SequencedEvent]) -> list[SequencedEvent]
 
 @pytest.mark.subprocess
 async def test_runbus_http_serves_runs_as_its_own_process(
-    stack: Stack, nats_server: EmbeddedNats, tmp_path: Path
+    stack: Stack, nats_server: SecuredNats, tmp_path: Path
 ) -> None:
     env = {**os.environ, "RUNBUS_NATS_URL": nats_server.url, "RUNBUS_DATA_DIR": str(tmp_path)}
     process = await asyncio.create_subprocess_exec(

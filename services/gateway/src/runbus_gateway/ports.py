@@ -165,7 +165,7 @@ class BusPorts:
             route=route,
             messages=messages,
             tools=tools,
-            stream_to=subjects.events(ctx.run_id),
+            stream_to=subjects.events(ctx.prop("tenant"), ctx.prop("user_id"), ctx.run_id),
             message_id=message_id,
             max_output_tokens=settings.max_output_tokens,
             temperature=settings.temperature,
@@ -273,7 +273,9 @@ class BusPorts:
         headers[MSG_ID] = f"{owned_run(ctx)}:{event_id}"
         inject(headers)
         ack = await self.bus.stream_publish_async(
-            subjects.events(ctx.run_id), encode(event), headers
+            subjects.events(ctx.prop("tenant"), ctx.prop("user_id"), ctx.run_id),
+            encode(event),
+            headers,
         )
         self._event_acks[owned_run(ctx)].append(ack)
 

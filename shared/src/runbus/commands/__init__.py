@@ -16,4 +16,5 @@ MODULES = (
     "usage",
     "approvals",
     "memory",
+    "secrets",
 )

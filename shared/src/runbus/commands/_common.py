@@ -10,8 +10,10 @@ from typing import Any
 import nats.errors
 from nats.aio.client import Client as NATS
 
+from .. import busauth
+from ..client import open_connection
 from ..errors import Unavailable
-from ..runner import URL_FILE, connect, redact_url
+from ..runner import URL_FILE, connect, process_credentials, redact_url
 from ..settings import Settings
 
 CONNECT_PATIENCE = 5.0
@@ -40,10 +42,26 @@ def stack_url(settings: Settings) -> str:
     )
 
 
-async def connect_to_stack(settings: Settings, name: str = "runbus-cli") -> NATS:
+async def connect_to_stack(
+    settings: Settings, name: str = "runbus-cli", *, operator: bool = False
+) -> NATS:
+    """As the user of `settings.token` (a token the bus refuses is one line saying so), or,
+    for an `operator` command that reads across tenants, with the services' credential
+    (RUNBUS_NATS_USER, else the one `runbus up` generated under the data dir)."""
     url = stack_url(settings)
     try:
-        return await connect(url, name, patience=CONNECT_PATIENCE)
+        if operator:
+            credentials = process_credentials(settings, busauth.SERVICE_USER)
+            return await connect(url, name, patience=CONNECT_PATIENCE, credentials=credentials)
+        return await open_connection(
+            url,
+            settings.token,
+            name=name,
+            patience=CONNECT_PATIENCE,
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.5,
+            connect_timeout=5,
+        )
     except Unavailable:
         if settings.nats_url:
             raise
@@ -55,9 +73,11 @@ async def connect_to_stack(settings: Settings, name: str = "runbus-cli") -> NATS
 
 
 @asynccontextmanager
-async def connected(settings: Settings, name: str = "runbus-cli") -> AsyncIterator[NATS]:
+async def connected(
+    settings: Settings, name: str = "runbus-cli", *, operator: bool = False
+) -> AsyncIterator[NATS]:
     """A NATS connection to the deployment the settings point at, drained on exit."""
-    nc = await connect_to_stack(settings, name)
+    nc = await connect_to_stack(settings, name, operator=operator)
     try:
         yield nc
     finally:

@@ -17,12 +17,12 @@ import nats.errors
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from .. import subjects
+from .. import busauth, subjects
 from ..instance import HOST_METADATA, PID_METADATA
 from ..messages.progress import SERVICE_PROGRESS_DECODER, ServiceProgress
-from ..runner import redact_url
+from ..runner import process_credentials, redact_url
 from ..settings import Settings
-from ..supervisor import SERVICES
+from ..supervisor import SERVICES as ALL_SERVICES
 from ._common import Subparsers, stack_url
 
 PROGRESS_WAIT: Final = 1.2
@@ -168,10 +168,14 @@ def register(subparsers: Subparsers) -> None:
     status.set_defaults(handler=handle)
 
 
+SERVICES: Final = tuple(name for name in ALL_SERVICES if name != "auth")
+"""What discovery can see: the auth service answers in an account of its own."""
+
+
 async def handle(settings: Settings, args: argparse.Namespace) -> int:
     url = stack_url(settings)
     try:
-        nc = await _connect_once(url)
+        nc = await _connect_once(url, process_credentials(settings, busauth.MONITOR_USER))
     except (OSError, nats.errors.Error, TimeoutError) as exc:
         print(
             f"runbus status: cannot reach NATS at {redact_url(url)}: {exc}; is the stack "
@@ -199,8 +203,9 @@ async def handle(settings: Settings, args: argparse.Namespace) -> int:
     return 1 if missing else 0
 
 
-async def _connect_once(url: str) -> NATS:
-    """A connection that gives up at once: a health check must answer, not wait for NATS."""
+async def _connect_once(url: str, credentials: busauth.Credentials | None) -> NATS:
+    """A connection that gives up at once: a health check must answer, not wait for NATS.
+    It is the monitor's: discovery only."""
 
     async def quiet(_: Exception) -> None:
         pass  # the failure is reported once, by the caller
@@ -209,6 +214,12 @@ async def _connect_once(url: str) -> NATS:
         # A cluster's URLs may come as one comma-separated list (compose.cluster.yaml).
         [part.strip() for part in url.split(",") if part.strip()],
         name="runbus-status",
+        inbox_prefix=subjects.SERVICE_INBOX_PREFIX,
+        **(
+            {"user": credentials.user, "password": credentials.password}
+            if credentials and not busauth.in_url(url)
+            else {}
+        ),
         connect_timeout=2,
         max_reconnect_attempts=1,
         reconnect_time_wait=0.1,

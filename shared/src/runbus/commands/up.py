@@ -7,6 +7,8 @@ import signal
 import sys
 import time
 
+import msgspec
+
 from ..messages.progress import ServiceProgress
 from ..settings import Settings
 from ..supervisor import SERVICES, STALL_AFTER, ProcessStack, Replica
@@ -31,7 +33,22 @@ def register(subparsers: Subparsers) -> None:
         f"progress; a service silent for {STALL_AFTER:g} s counts as stuck)",
     )
     up.add_argument("--quiet", action="store_true", help="do not echo the services' log lines here")
+    up.add_argument(
+        "--open-bus",
+        action="store_true",
+        help="NATS with no authentication at all, for hacking only (warns at every start)",
+    )
     up.set_defaults(handler=handle)
+
+
+def login_hint(settings: Settings) -> str:
+    """How to act as a user of this stack (no secret in it: dev tokens are public)."""
+    if settings.tokens_file:
+        return "log in with RUNBUS_TOKEN=<a token of RUNBUS_TOKENS_FILE>"
+    return (
+        "dev users: RUNBUS_TOKEN=dev-alice (acme/alice, the default), dev-bob (acme/bob), "
+        "dev-carol (globex/carol); e.g. `RUNBUS_TOKEN=dev-bob runbus run hi`"
+    )
 
 
 def parse_replicas(items: list[str]) -> dict[str, int]:
@@ -60,6 +77,8 @@ def on_progress(replica: Replica, report: ServiceProgress) -> None:
 
 
 async def handle(settings: Settings, args: argparse.Namespace) -> int:
+    if args.open_bus:
+        settings = msgspec.structs.replace(settings, open_bus=True)
     stack = ProcessStack(
         settings,
         replicas=parse_replicas(args.replicas),
@@ -86,6 +105,7 @@ async def handle(settings: Settings, args: argparse.Namespace) -> int:
         f"up: NATS at {stack.display_url}; `runbus status` shows the services, "
         "`runbus logs <run>` a run's log lines; Ctrl-C to stop"
     )
+    say(login_hint(settings))
     try:
         await stop.wait()
     finally:

@@ -37,7 +37,7 @@ def register(subparsers: Subparsers) -> None:
 
 async def handle(settings: Settings, args: argparse.Namespace) -> int:
     query = ModelUsageQuery(day=args.day or "", tenant=args.tenant)
-    async with connected(settings) as nc:
+    async with connected(settings, operator=True) as nc:
         bus = Bus(nc, trace.get_tracer("runbus.cli"), request_timeout=args.timeout)
         report = await bus.request(
             subjects.MODEL_USAGE, query, MODEL_USAGE_REPORT_DECODER, ctx=RunContext()

@@ -1,4 +1,5 @@
-"""Run requests (`runbus.runs.<agent>`) and run events (`runbus.events.<run_id>`)."""
+"""Run requests (`runbus.runs.<agent>`) and run events
+(`runbus.events.<tenant>.<user_id>.<run_id>`)."""
 
 from datetime import datetime
 from typing import Annotated, Any, Literal

@@ -1,0 +1,142 @@
+"""The auth service: answers nats-server's auth callout for every client connection (bearer
+token → a NATS user with that owner's permissions, or a refusal) and `runbus.auth.whoami`."""
+
+import contextlib
+import secrets
+import time
+from pathlib import Path
+from typing import Final, Self
+
+import nats.errors
+import nkeys
+import structlog
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from opentelemetry.sdk.trace import TracerProvider
+
+from runbus import busauth, subjects
+from runbus.errors import Unauthenticated
+from runbus.headers import RunContext
+from runbus.messages.auth import WHOAMI_DECODER, Identity, WhoAmI
+from runbus.service import Endpoint, Service
+from runbus.settings import Settings, SettingsError
+from runbus.tokens import TokenVerifier, token_digest
+
+from . import jwt
+from .permissions import client_permissions
+
+USER_TTL: Final = 3600
+"""Seconds an issued NATS user lives; the server then disconnects the client, which connects
+again through the callout (so a removed or expired token stops working within this time)."""
+
+
+def _issuer_seed(settings: Settings) -> bytes:
+    """The issuer seed RUNBUS_AUTH_ISSUER_SEED_FILE names (it must exist), else the one
+    `runbus up` generated under the data dir, else a key of this process only: on a bus
+    without the callout (open, or an external one) only whoami is asked of this service."""
+    if settings.auth_issuer_seed_file:
+        try:
+            return Path(settings.auth_issuer_seed_file).read_bytes().strip()
+        except OSError as exc:
+            raise SettingsError("RUNBUS_AUTH_ISSUER_SEED_FILE", str(exc)) from None
+    generated = busauth.secrets_dir(settings.data_path) / busauth.ISSUER_SEED_FILE
+    if generated.exists():
+        return generated.read_bytes().strip()
+    structlog.get_logger().warning("auth_issuer_key_of_this_process_only", looked_in=str(generated))
+    seed: bytes = nkeys.encode_seed(secrets.token_bytes(32), nkeys.PREFIX_BYTE_ACCOUNT)
+    return seed
+
+
+class AuthService(Service):
+    name = "auth"
+    description = "Auth callout: bearer token → NATS user with that owner's permissions"
+
+    def __init__(
+        self,
+        nc: NATS,
+        *,
+        verifier: TokenVerifier,
+        issuer_seed: bytes,
+        account: str = busauth.CLIENT_ACCOUNT,
+        tracer_provider: TracerProvider | None = None,
+    ) -> None:
+        super().__init__(nc, tracer_provider=tracer_provider)
+        self.verifier = verifier
+        self.issuer = nkeys.from_seed(bytearray(issuer_seed))
+        self.account = account
+        self._callout: Subscription | None = None
+
+    @classmethod
+    def from_settings(cls, nc: NATS, settings: Settings, tracer_provider: TracerProvider) -> Self:
+        return cls(
+            nc,
+            verifier=TokenVerifier.from_file(
+                Path(settings.tokens_file) if settings.tokens_file else None
+            ),
+            issuer_seed=_issuer_seed(settings),
+            tracer_provider=tracer_provider,
+        )
+
+    def endpoints(self) -> list[Endpoint]:
+        return [Endpoint("whoami", subjects.AUTH_WHOAMI, WHOAMI_DECODER, self.on_whoami)]
+
+    async def on_start(self) -> None:
+        # The callout body is a JWT, not JSON: a plain queue subscription, not an endpoint.
+        self._callout = await self.nc.subscribe(
+            subjects.AUTH_CALLOUT, queue=self.name, cb=self.on_authorize
+        )
+
+    async def on_draining(self) -> None:
+        if self._callout is not None:
+            with contextlib.suppress(nats.errors.ConnectionClosedError):
+                await self._callout.unsubscribe()
+            self._callout = None
+
+    async def on_whoami(self, ctx: RunContext, request: WhoAmI) -> Identity:
+        principal = self.verifier.verify(ctx.auth)
+        _, _, token = ctx.auth.partition(" ")
+        return Identity(
+            tenant=principal.tenant,
+            user_id=principal.user_id,
+            inbox_prefix=subjects.client_inbox_prefix(token_digest(token.strip())),
+        )
+
+    async def on_authorize(self, msg: Msg) -> None:
+        """One connection attempt: always answered, with a user or with the reason why not."""
+        try:
+            request = jwt.decode_request(msg.data)
+        except ValueError as exc:
+            # Not the server's request (nothing else can publish here); nothing to answer.
+            self.log.warning("auth_request_unreadable", error=str(exc))
+            return
+        token = request.nats.connect_opts.auth_token
+        client = request.nats.client_info
+        try:
+            if not token:
+                raise Unauthenticated("no token")
+            principal = self.verifier.verify_token(token)
+        except Unauthenticated as exc:
+            self.log.info(
+                "connection_refused", reason=exc.message, host=client.host, client=client.name
+            )
+            await msg.respond(jwt.response(request, self.issuer, error=exc.message))
+            return
+        expires = int(time.time()) + USER_TTL
+        if principal.expires is not None:
+            expires = min(expires, int(principal.expires))
+        user = jwt.user_jwt(
+            issuer=self.issuer,
+            user_nkey=request.nats.user_nkey,
+            account=self.account,
+            name=f"{principal.tenant}/{principal.user_id}",
+            permissions=client_permissions(principal, token_digest(token)),
+            expires=expires,
+        )
+        self.log.info(
+            "connection_authorized",
+            tenant=principal.tenant,
+            user_id=principal.user_id,
+            host=client.host,
+        )
+        await msg.respond(jwt.response(request, self.issuer, user=user))
