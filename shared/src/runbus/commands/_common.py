@@ -58,7 +58,8 @@ async def connect_to_stack(
             settings.token,
             name=name,
             patience=CONNECT_PATIENCE,
-            max_reconnect_attempts=-1,
+            # As long as a command waits for NATS at start, it waits for it to come back.
+            max_reconnect_attempts=max(1, int(CONNECT_PATIENCE / 0.5)),
             reconnect_time_wait=0.5,
             connect_timeout=5,
         )
