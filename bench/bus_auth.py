@@ -1,6 +1,7 @@
 """What per-user NATS identities cost: connection setup (p50) with the auth callout against a
 plain connection to an open bus, and a run's cost (wall p50, CPU of this process plus
-nats-server) on the secured bus against the open one, measured side by side in one run.
+nats-server) before (open bus, a JetStream consumer per followed run) and after (secured bus,
+a plain subscription per run), measured side by side in one run.
 
     uv run --locked python -m bench.bus_auth [--connects 200] [--runs 40] [--rounds 3]
 """
@@ -11,7 +12,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import aclosing, asynccontextmanager
 from pathlib import Path
 
 import nats
@@ -20,8 +21,9 @@ from nats.aio.client import Client as NATS
 from tests.stack import secured_nats, start_stack
 
 from runbus import busauth
-from runbus.client import RunbusClient, open_connection
+from runbus.client import RunbusClient, new_run_id, open_connection
 from runbus.embedded import EmbeddedNats
+from runbus.messages import RunCompleted, RunFailed
 from runbus.tokens import TokenVerifier
 from runbus_auth.service import AuthService
 
@@ -75,8 +77,20 @@ async def _connects(connect: Connect, count: int) -> float:
     return statistics.median(took) * 1000
 
 
+async def _consumer_run(client: RunbusClient, session_id: str) -> None:
+    """A run followed as the client did before: a JetStream consumer per followed run,
+    made before the request is published."""
+    run_id = new_run_id()
+    subscription = await client._subscribe(run_id, 0)
+    await client.start("travel", "Weather in Sydney?", session_id=session_id, run_id=run_id)
+    async with aclosing(client._events(run_id, subscription, 60.0)) as events:
+        async for item in events:
+            if isinstance(item.event, RunCompleted | RunFailed):
+                return
+
+
 async def _runs(
-    url: str, connect: Connect, pid: int, root: Path, count: int
+    url: str, connect: Connect, pid: int, root: Path, count: int, *, consumer: bool = False
 ) -> tuple[float, float]:
     """(wall p50 ms, CPU ms per run of this process and nats-server) over `count` runs."""
     async with start_stack(url, data_dir=root / "data"):
@@ -87,7 +101,10 @@ async def _runs(
         cpu_before = time.process_time() + _server_cpu(pid)
         for index in range(count):
             started = time.perf_counter()
-            await client.run("travel", "Weather in Sydney?", session_id=f"s{index}")
+            if consumer:
+                await _consumer_run(client, f"s{index}")
+            else:
+                await client.run("travel", "Weather in Sydney?", session_id=f"s{index}")
             took.append(time.perf_counter() - started)
         cpu = time.process_time() + _server_cpu(pid) - cpu_before
         await nc.drain()
@@ -95,26 +112,29 @@ async def _runs(
 
 
 async def main(connects: int, runs: int, rounds: int) -> None:
-    results: dict[str, list[tuple[float, float, float]]] = {"open": [], "secured": []}
+    # before: an open bus, a consumer per followed run; after: the secured bus, a plain
+    # subscription per run (and the open bus with it, to tell the two changes apart).
+    variants = {"before": (False, True), "open+sub": (False, False), "after": (True, False)}
+    results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in variants}
     for _ in range(rounds):
-        for name in ("open", "secured"):
+        for name, (secured, consumer) in variants.items():
             with tempfile.TemporaryDirectory(prefix=f"bench-auth-{name}-") as folder:
                 root = Path(folder)
-                async with _bus(name == "secured", root) as (url, _, connect, pid):
+                async with _bus(secured, root) as (url, _, connect, pid):
                     setup = await _connects(connect, connects)
-                    wall, cpu = await _runs(url, connect, pid, root, runs)
+                    wall, cpu = await _runs(url, connect, pid, root, runs, consumer=consumer)
                 results[name].append((setup, wall, cpu))
     medians = {
         name: [statistics.median(row[i] for row in rows) for i in range(3)]
         for name, rows in results.items()
     }
     print(f"rounds={rounds} connects={connects} runs={runs} (medians of rounds)")
-    print(f"{'bus':<8} {'connect p50 ms':>15} {'run p50 ms':>11} {'CPU ms/run':>11}")
+    print(f"{'variant':<9} {'connect p50 ms':>15} {'run p50 ms':>11} {'CPU ms/run':>11}")
     for name, (setup, wall, cpu) in medians.items():
-        print(f"{name:<8} {setup:>15.2f} {wall:>11.1f} {cpu:>11.1f}")
-    (o_setup, o_wall, o_cpu), (s_setup, s_wall, s_cpu) = medians["open"], medians["secured"]
+        print(f"{name:<9} {setup:>15.2f} {wall:>11.1f} {cpu:>11.1f}")
+    (o_setup, o_wall, o_cpu), (s_setup, s_wall, s_cpu) = medians["before"], medians["after"]
     print(
-        f"ratio secured/open: connect {s_setup / o_setup:.2f}x, run p50 {s_wall / o_wall:.3f}, "
+        f"ratio after/before: connect {s_setup / o_setup:.2f}x, run p50 {s_wall / o_wall:.3f}, "
         f"CPU per run {s_cpu / o_cpu:.3f} (limit 1.05)"
     )
 
