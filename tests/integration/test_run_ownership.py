@@ -56,11 +56,13 @@ async def users(nats_server: SecuredNats) -> AsyncIterator[dict[str, RunbusClien
         await client.nc.drain()
 
 
-async def _stored_events(nc: NATS, run_id: str) -> list[tuple[str, str, dict[str, Any]]]:
-    """Every stored event on the run's events subject: (tenant, user, body)."""
+async def _stored_events(
+    nc: NATS, run_id: str, tenant: str = "*", user_id: str = "*"
+) -> list[tuple[str, str, dict[str, Any]]]:
+    """Every stored event of that run id on one owner's events subject (default: every
+    owner's): (tenant, user, body)."""
     js = nc.jetstream()
-    # Every owner's events subject of that run id.
-    subject = subjects.events("*", "*", run_id)
+    subject = subjects.events(tenant, user_id, run_id)
     info = await js.stream_info(subjects.EVENTS_STREAM, subjects_filter=subject)
     stored = sum((info.state.subjects or {}).values())
     subscription = await js.subscribe(subject, stream=subjects.EVENTS_STREAM, ordered_consumer=True)
@@ -170,6 +172,11 @@ async def test_another_owner_can_neither_reuse_nor_steer_a_run_id_and_alice_book
             "history.load", HistoryLoad(session_id="trip"), HISTORY_LOADED_DECODER
         )
         alice_events_after = [e for e in await _stored_events(alice.nc, run_id) if e[1] == "alice"]
+        on_alices_subject = await _stored_events(alice.nc, run_id, "acme", "alice")
+        on_their_subjects = {
+            user: await _stored_events(alice.nc, run_id, tenant, user)
+            for tenant, user in (("acme", "bob"), ("globex", "carol"))
+        }
 
     assert mismatch["error"]["code"] == "bad_request"
     assert "Nats-Msg-Id" in mismatch["error"]["message"]
@@ -184,6 +191,12 @@ async def test_another_owner_can_neither_reuse_nor_steer_a_run_id_and_alice_book
     assert (after.record.tenant, after.record.user_id) == ("acme", "alice")
     assert history_after.messages == history.messages
     assert alice_events_after == alice_events
+    # What alice follows holds her run's events only; each conflict went to its requester.
+    assert on_alices_subject == alice_events
+    assert {u: [e[2]["type"] for e in found] for u, found in on_their_subjects.items()} == {
+        "bob": ["run.failed"],
+        "carol": ["run.failed"],
+    }
     assert [e[2]["type"] for e in alice_events][-1] == "run.completed"
     [booking] = ledger.bookings(run_id)
     assert (booking.passenger, booking.tenant, booking.approved_by) == ("alice", "acme", "alice")
