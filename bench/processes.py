@@ -17,6 +17,8 @@ import msgspec
 import nats
 import nats.errors
 
+from runbus import busauth, subjects
+from runbus.messages.auth import Identity
 from runbus.settings import load_settings
 from runbus.supervisor import SERVICES, ProcessStack
 
@@ -148,7 +150,7 @@ class Bench:
 
     async def _gateway_ids(self) -> set[str]:
         """The ids of the gateway replicas that answer `$SRV.PING.gateway` (nats.micro)."""
-        nc = await nats.connect(self.url)
+        nc = await nats.connect(self.url, **service_login(self.data))
         try:
             inbox = nc.new_inbox()
             sub = await nc.subscribe(inbox)
@@ -182,6 +184,32 @@ class Bench:
             process.kill()
             await process.wait()
         self.gateways.remove(process)
+
+
+OPEN_BUS_ALICE = Identity(tenant="acme", user_id="alice", inbox_prefix="_INBOX")
+"""Who the dev token `dev-alice` stands for, given to clients of the in-process stacks: their
+bus has no auth service to ask."""
+
+
+def service_login(data: Path) -> dict[str, str]:
+    """Connect options of a service on the stack's secured bus (none on an open bus)."""
+    credentials = busauth.stack_credentials(data, busauth.SERVICE_USER)
+    if credentials is None:
+        return {}
+    return {
+        "user": credentials.user,
+        "password": credentials.password,
+        "inbox_prefix": subjects.SERVICE_INBOX_PREFIX,
+    }
+
+
+def service_env(data: Path) -> dict[str, str]:
+    """Environment of a service process the bench starts itself on the secured bus."""
+    folder = busauth.secrets_dir(data).resolve()
+    return {
+        "RUNBUS_NATS_USER": busauth.SERVICE_USER,
+        "RUNBUS_NATS_PASSWORD_FILE": str(folder / f"{busauth.SERVICE_USER}.password"),
+    }
 
 
 def prepare(tmp: Path, agents: dict[str, str] | None = None) -> dict[str, str]:
@@ -227,7 +255,12 @@ async def process_stack(
             services = tuple(s for s in SERVICES if s != "gateway")
             stack = ProcessStack(settings, services=services, nats_port=0, echo=None)
             url = await stack.start(timeout=90)
-            env = {**os.environ, "RUNBUS_NATS_URL": url, "RUNBUS_DATA_DIR": settings.data_dir}
+            env = {
+                **os.environ,
+                "RUNBUS_NATS_URL": url,
+                "RUNBUS_DATA_DIR": settings.data_dir,
+                **service_env(Path(settings.data_dir)),
+            }
             bench = Bench(stack, env, Path(settings.data_dir))
             try:
                 for _ in range(gateways):

@@ -23,6 +23,7 @@ import nats
 import uvloop
 from tests.stack import start_stack
 
+from bench.processes import OPEN_BUS_ALICE
 from runbus.client import RunbusClient
 from runbus.embedded import EmbeddedNats
 from runbus.local_model import MODEL_NAME, LocalModelServer
@@ -148,7 +149,7 @@ async def run_benchmark() -> dict[str, Any]:
             httpx.AsyncClient(timeout=60) as http,
         ):
             nc = await nats.connect(nats_server.url)
-            client = RunbusClient(nc, token="dev-alice")
+            client = RunbusClient(nc, token="dev-alice", identity=OPEN_BUS_ALICE)
             await direct(http, server)  # warm-up: the prompt is cached from here on for both
             await through_runbus(client, -1)
             print("  warmed up", flush=True)

@@ -14,8 +14,8 @@ import nats
 from tests.stack import start_stack
 
 from bench import slow_tools
-from bench.processes import Bench
-from runbus.client import RunbusClient
+from bench.processes import OPEN_BUS_ALICE, Bench
+from runbus.client import RunbusClient, open_connection
 from runbus.embedded import EmbeddedNats
 from runbus.messages import RunCompleted, RunFailed, RunToolCall
 from runbus_gateway.agents import AgentSpec
@@ -34,7 +34,7 @@ async def processes(bench: Bench) -> dict[str, Any]:
     at once, as an orchestrator would; the time from the kill to `run.completed`. The run
     comes back when JetStream redelivers it, `ack_wait` after the last `in_progress`."""
     assert len(bench.gateways) == 1, "the killed gateway must be the one running the run"
-    nc = await nats.connect(bench.url)
+    nc = await open_connection(bench.url, TOKEN)
     client = RunbusClient(nc, token=TOKEN)
     killed_at = ready_at = 0.0
     try:
@@ -105,7 +105,7 @@ async def _kill_and_resume(
         gateway_options={"ack_wait": ack_wait},
     ) as stack:
         nc = await nats.connect(url)
-        client = RunbusClient(nc, token=TOKEN)
+        client = RunbusClient(nc, token=TOKEN, identity=OPEN_BUS_ALICE)
         for _ in range(trials):
             killed_at = 0.0
             events = client.stream("resume", "Wait.", session_id=f"ri-{next(ids)}")

@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.stack import start_stack
 
 from bench import anchors, maf, report, resume, session_length, slow_model, whole_run
-from bench.processes import REPO, process_stack
+from bench.processes import OPEN_BUS_ALICE, REPO, process_stack
 from bench.timing import pct, timed
 from runbus import subjects
 from runbus.bus import Bus
@@ -224,7 +224,7 @@ async def bench_run(url: str, n: int, in_flight: int, data_dir: Path) -> dict[st
         scripts={"bench": SCRIPT},
     ):
         nc = await nats.connect(url)
-        client = RunbusClient(nc, token="dev-alice")
+        client = RunbusClient(nc, token="dev-alice", identity=OPEN_BUS_ALICE)
         counter_n = 0
 
         async def one() -> None:
@@ -320,14 +320,18 @@ async def bench_processes(args: argparse.Namespace) -> dict[str, Any]:
             results["throughput"] = throughput
             if not args.quick:
                 await stack.stop_gateway(stack.gateways[-1])
-                resumed = await resume.processes(stack)
-                resumed["ack_wait_s"] = ACK_WAIT
-                print(
-                    f"  resume: gateway killed mid-run → run.completed in "
-                    f"{resumed['kill_to_completed_s']:.1f} s (ack_wait {ACK_WAIT:g} s; new "
-                    f"gateway ready after {resumed['new_gateway_ready_s']:.1f} s)"
-                )
-                results["resume"] = resumed
+                try:
+                    resumed = await resume.processes(stack)
+                except Exception as exc:  # reported, the rest of the section still runs
+                    print(f"  resume skipped: {type(exc).__name__}: {exc}")
+                else:
+                    resumed["ack_wait_s"] = ACK_WAIT
+                    print(
+                        f"  resume: gateway killed mid-run → run.completed in "
+                        f"{resumed['kill_to_completed_s']:.1f} s (ack_wait {ACK_WAIT:g} s; new "
+                        f"gateway ready after {resumed['new_gateway_ready_s']:.1f} s)"
+                    )
+                    results["resume"] = resumed
             args.results_dir.mkdir(parents=True, exist_ok=True)
             profiled = await whole_run.profile(
                 stack, clients, args.run_n, args.results_dir / "gateway_profile.txt"
@@ -426,7 +430,7 @@ async def main(args: argparse.Namespace) -> None:
     def wanted(name: str) -> bool:
         """Whether to run section `name`; if so, its start time is noted and what the
         sections before it measured is written (a run stopped part-way keeps its numbers)."""
-        if args.only not in (None, name):
+        if args.only not in (None, name) or (args.sections and name not in args.sections):
             return False
         if starts and args.only is None:
             results["meta"]["completed_sections"] = [n for n, _ in starts]
@@ -506,6 +510,9 @@ if __name__ == "__main__":
         ],
     )
     parser.add_argument("--quick", action="store_true", help="a 1-2 minute smoke run")
+    parser.add_argument(
+        "--sections", type=lambda v: set(v.split(",")), help="only these, comma-separated"
+    )
     parser.add_argument("--hop-n", type=int)
     parser.add_argument("--run-n", type=int)
     parser.add_argument("--results-dir", type=Path, default=report.RESULTS)

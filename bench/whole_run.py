@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import nats
 from nats.aio.client import Client as NATS
 from pyinstrument.frame import Frame
 from pyinstrument.renderers import ConsoleRenderer
@@ -18,7 +17,7 @@ from pyinstrument.session import Session
 
 from bench.processes import Bench
 from bench.timing import pct
-from runbus.client import RunbusClient, RunFailedError
+from runbus.client import RunbusClient, RunFailedError, open_connection
 
 TOKEN = "dev-alice"
 _ids = itertools.count()
@@ -39,7 +38,7 @@ class Clients:
 
     @classmethod
     async def open(cls, url: str, count: int = 4) -> "Clients":
-        return cls([await nats.connect(url) for _ in range(count)])
+        return cls([await open_connection(url, TOKEN) for _ in range(count)])
 
     async def close(self) -> None:
         for client in self.clients:
