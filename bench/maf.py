@@ -24,7 +24,7 @@ from agent_framework import (
 from agent_framework.observability import ChatTelemetryLayer
 
 from bench.timing import pct
-from runbus_tool_executor import travel
+from runbus_examples import travel
 
 INSTRUCTIONS = "You are a travel assistant."
 PROMPT = "Book it."

@@ -36,13 +36,14 @@ from runbus.messages import ChatMessage, ModelRequest, ModelResponse, TextConten
 from runbus.messages.model import MODEL_REQUEST_DECODER, MODEL_RESPONSE_DECODER
 from runbus.service import Endpoint, Service
 from runbus.telemetry import create_tracer_provider
+from runbus_examples.models import default_routes
+from runbus_examples.scripted import ScriptedModel, ScriptedReply
 from runbus_model_router.backends import OnDelta
 from runbus_model_router.config import TargetConfig, parse_config
 from runbus_model_router.core import Router
 from runbus_model_router.middleware import Metrics, Tracing
 from runbus_model_router.routing import Target, build_table
-from runbus_model_router.scripted import ScriptedModel, ScriptedReply
-from runbus_model_router.service import ModelRouterService, default_routes
+from runbus_model_router.service import ModelRouterService
 from runbus_model_router.usage import MemoryLedger
 
 REPLY = "It is 24 degrees and sunny in Sydney, with a light breeze from the sea."

@@ -221,7 +221,7 @@ def prepare(tmp: Path, agents: dict[str, str] | None = None) -> dict[str, str]:
     return {
         "RUNBUS_AGENTS_DIR": str(tmp / "agents"),
         "RUNBUS_MODEL_SCRIPTS": str(tmp / "scripts.toml"),
-        "RUNBUS_TOOL_MODULES": "runbus_tool_executor.travel,bench.slow_tools",
+        "RUNBUS_TOOL_MODULES": "runbus_examples.travel,bench.slow_tools",
         "RUNBUS_LOG_LEVEL": "warning",
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
     }

@@ -59,9 +59,10 @@ from runbus.messages import ChatMessage, CompactRequest, CompactResult, TextCont
 from runbus.messages.compaction import COMPACT_RESULT_DECODER
 from runbus.service import Endpoint, Service
 from runbus.telemetry import create_tracer_provider
+from runbus_examples import AGENTS_DIR
+from runbus_examples.scripted import ScriptedCall, ScriptedReply
 from runbus_gateway.agents import AgentSpec, MemoryPolicy, load_agents
 from runbus_gateway.service import ACK_WAIT
-from runbus_model_router.scripted import ScriptedCall, ScriptedReply
 
 SCRIPT = [
     ScriptedReply(tool_calls=[ScriptedCall("get_weather", {"city": "Sydney"})]),
@@ -207,7 +208,7 @@ class HopCounter(SpanProcessor):
 async def bench_run(url: str, n: int, in_flight: int, data_dir: Path) -> dict[str, Any]:
     """The whole run with the six services in this process: latency, hops, CPU, runs/s."""
     print("\n[run] scripted agent: 4 model calls + 3 tool calls, services in one process")
-    travel = load_agents()["travel"]
+    travel = load_agents(AGENTS_DIR)["travel"]
     agent = AgentSpec(
         name="bench",
         instructions=travel.instructions,

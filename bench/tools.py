@@ -32,12 +32,12 @@ from runbus.headers import RunContext
 from runbus.messages import encode
 from runbus.messages.tools import TOOL_INVOKED_DECODER, ToolInvoke
 from runbus.telemetry import create_tracer_provider
+from runbus_examples.travel import corporate_policy
 from runbus_tool_executor.calls import MemoryCallStore
 from runbus_tool_executor.executor import Executor
 from runbus_tool_executor.middleware import PROCEED, Call, Decision, Reject
 from runbus_tool_executor.registry import FromProp, ToolRegistry
 from runbus_tool_executor.service import ToolExecutorService
-from runbus_tool_executor.travel import corporate_policy
 
 CTX = RunContext(
     run_id="r-bench",

@@ -16,6 +16,10 @@ from runbus.service import Service
 from runbus.telemetry import create_tracer_provider
 from runbus_auth.service import AuthService
 from runbus_compaction.service import CompactionService
+from runbus_examples import AGENTS_DIR
+from runbus_examples.models import default_routes
+from runbus_examples.scripted import ScriptedReply
+from runbus_examples.travel import tools as travel_tools
 from runbus_gateway.agents import AgentSpec, load_agents
 from runbus_gateway.auth import TokenVerifier
 from runbus_gateway.service import GatewayService
@@ -25,11 +29,9 @@ from runbus_memory.embedder import HashingEmbedder
 from runbus_memory.service import MemoryService
 from runbus_model_router.backends import ModelBackend
 from runbus_model_router.config import RouterConfig
-from runbus_model_router.scripted import ScriptedReply
-from runbus_model_router.service import ModelRouterService, default_routes
+from runbus_model_router.service import ModelRouterService
 from runbus_tool_executor.registry import ToolRegistry
 from runbus_tool_executor.service import ToolExecutorService
-from runbus_tool_executor.travel import tools as travel_tools
 
 SERVICE_NAMES = ("gateway", "history", "memory", "compaction", "model_router", "tool_executor")
 
@@ -183,7 +185,7 @@ async def start_stack(
             "gateway": (
                 GatewayService,
                 {
-                    "agents": agents or load_agents(),
+                    "agents": agents or load_agents(AGENTS_DIR),
                     "verifier": TokenVerifier.from_file(),
                     **replicated,
                     **(gateway_options or {}),

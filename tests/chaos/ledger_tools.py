@@ -10,7 +10,7 @@ from datetime import date
 from pathlib import Path
 from typing import Annotated
 
-from runbus_tool_executor import travel
+from runbus_examples import travel
 from runbus_tool_executor.registry import FromProp, ToolContext, ToolRegistry
 from tests.helpers import take_time
 

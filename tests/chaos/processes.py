@@ -29,7 +29,7 @@ from runbus import subjects
 from runbus.client import RunbusClient
 from runbus.settings import load_settings
 from runbus.supervisor import ProcessStack
-from runbus_model_router.scripted import ScriptedReply
+from runbus_examples.scripted import ScriptedReply
 from tests.chaos.ledger_tools import ledger_path
 from tests.helpers import eventually, take_time
 from tests.integration.model_provider import (

@@ -40,8 +40,9 @@ from runbus.messages.sessions import (
     SessionGet,
     SessionStateUpdate,
 )
+from runbus_examples import AGENTS_DIR
+from runbus_examples.models import default_routes
 from runbus_gateway.agents import load_agents
-from runbus_model_router.service import default_routes
 from tests.chaos.conftest import ChaosReport
 from tests.helpers import approval_requested, eventually, publish_and_collect, raw_request
 from tests.models import GatedModel, call, text
@@ -81,7 +82,7 @@ def _book(request: ModelRequest, step: int):  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 async def isolated(nats_server: SecuredNats, tmp_path: Path) -> AsyncIterator[Stack]:
-    travel = load_agents()["travel"]
+    travel = load_agents(AGENTS_DIR)["travel"]
     agents = {
         "travel": travel,
         "booker": msgspec.structs.replace(travel, name="booker", model="gated"),

@@ -199,7 +199,7 @@ async def quiet_memory_and_loud_tools(
     data_dir = tmp_path_factory.mktemp("startup")
     loud = {
         "PYTHONPATH": str(REPO),
-        "RUNBUS_TOOL_MODULES": "runbus_tool_executor.travel,tests.e2e.loud_tools",
+        "RUNBUS_TOOL_MODULES": "runbus_examples.travel,tests.e2e.loud_tools",
     }
     stack = ProcessStack(
         load_settings({"RUNBUS_DATA_DIR": str(data_dir)}),

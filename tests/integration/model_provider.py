@@ -28,9 +28,10 @@ from runbus.messages import (
 )
 from runbus.messages.errors import ERROR_DECODER
 from runbus.messages.model import MODEL_RESPONSE_DECODER
+from runbus_examples.models import default_routes
 from runbus_model_router.backends import ModelBackend
 from runbus_model_router.config import parse_config
-from runbus_model_router.service import ModelRouterService, default_routes
+from runbus_model_router.service import ModelRouterService
 from tests.helpers import take_time
 
 STATUS_TEXT = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 429: "Too Many Requests"}

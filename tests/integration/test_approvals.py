@@ -19,13 +19,14 @@ from runbus.messages import (
 )
 from runbus.messages.history import HISTORY_LOADED_DECODER
 from runbus.messages.runs import APPROVAL_DECIDED_DECODER, ApprovalDecide
+from runbus_examples import AGENTS_DIR
+from runbus_examples.travel import ledger
 from runbus_gateway.agents import load_agents
-from runbus_tool_executor.travel import ledger
 from tests.helpers import approval_requested
 from tests.models import GatedModel, call, text
 from tests.stack import SecuredNats, start_stack
 
-AGENTS = {"travel": msgspec.structs.replace(load_agents()["travel"], model="gated")}
+AGENTS = {"travel": msgspec.structs.replace(load_agents(AGENTS_DIR)["travel"], model="gated")}
 GATEWAY = {"ack_wait": 1.0, "stop_grace": 0.2}
 
 

@@ -11,11 +11,12 @@ from runbus import blobs
 from runbus.client import RunbusClient
 from runbus.messages import ChatMessage, DataContent, HistoryLoad, TextContent, UriContent
 from runbus.messages.history import HISTORY_LOADED_DECODER
+from runbus_examples import AGENTS_DIR
 from runbus_gateway.agents import load_agents
 from tests.models import GatedModel, text
 from tests.stack import SecuredNats, start_stack
 
-AGENTS = {"travel": msgspec.structs.replace(load_agents()["travel"], model="gated")}
+AGENTS = {"travel": msgspec.structs.replace(load_agents(AGENTS_DIR)["travel"], model="gated")}
 
 
 async def test_a_two_megabyte_image_reaches_the_model_but_no_message_carries_it(

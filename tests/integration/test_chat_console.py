@@ -20,9 +20,10 @@ from runbus.messages.history import HISTORY_LOADED_DECODER
 from runbus.messages.sessions import SESSION_INFO_DECODER, SessionGet, SessionStateUpdate
 from runbus.settings import Settings
 from runbus.todos import TodoItem, TodoState
+from runbus_examples import AGENTS_DIR
+from runbus_examples.travel import ledger
 from runbus_gateway.agents import load_agents
 from runbus_gateway.harness import modes as harness_modes
-from runbus_tool_executor.travel import ledger
 from tests.models import GatedModel, call, text
 from tests.stack import SecuredNats, Stack, start_stack
 
@@ -189,7 +190,7 @@ def book_business(request: ModelRequest, step: int):  # type: ignore[no-untyped-
 async def test_a_run_waiting_for_approval_is_decided_from_the_console(
     nats_server: SecuredNats, tmp_path: Path, client: RunbusClient
 ) -> None:
-    agents = {"travel": msgspec.structs.replace(load_agents()["travel"], model="gated")}
+    agents = {"travel": msgspec.structs.replace(load_agents(AGENTS_DIR)["travel"], model="gated")}
     async with start_stack(
         nats_server.url,
         data_dir=tmp_path / "data",

@@ -21,18 +21,19 @@ from runbus.messages.runs import (
     RunGet,
 )
 from runbus.service import Service
+from runbus_examples import AGENTS_DIR
+from runbus_examples.travel import ledger
+from runbus_examples.travel import tools as travel_tools
 from runbus_gateway.agents import load_agents
 from runbus_memory.edge import EdgeStore
 from runbus_memory.embedder import HashingEmbedder
 from runbus_memory.service import MemoryService
 from runbus_tool_executor.service import ToolExecutorService
-from runbus_tool_executor.travel import ledger
-from runbus_tool_executor.travel import tools as travel_tools
 from tests.helpers import approval_requested
 from tests.models import GatedModel, call, text
 from tests.stack import SecuredNats, Stack, start_stack
 
-AGENTS = {"travel": msgspec.structs.replace(load_agents()["travel"], model="gated")}
+AGENTS = {"travel": msgspec.structs.replace(load_agents(AGENTS_DIR)["travel"], model="gated")}
 
 
 def book(request: ModelRequest, step: int) -> Any:

@@ -40,9 +40,10 @@ from runbus.service import Service
 from runbus.telemetry import create_tracer_provider
 from runbus_compaction.service import CompactionService
 from runbus_compaction.tokens import estimate_tokens
+from runbus_examples.models import default_routes
+from runbus_examples.scripted import ScriptedReply
 from runbus_gateway.agents import AgentSpec, CompactionPolicy
-from runbus_model_router.scripted import ScriptedReply
-from runbus_model_router.service import ModelRouterService, default_routes
+from runbus_model_router.service import ModelRouterService
 from tests.helpers import publish_and_collect, raw_request
 from tests.stack import SecuredNats, start_stack
 

@@ -21,16 +21,16 @@ from runbus.messages import (
 )
 from runbus.messages.history import HISTORY_LOADED_DECODER
 from runbus.messages.runs import RUN_INFO_DECODER, RUN_LISTED_DECODER, RunGet, RunList
+from runbus_examples import AGENTS_DIR, travel
 from runbus_gateway.agents import load_agents
 from runbus_gateway.auth import TokenVerifier
 from runbus_gateway.service import GatewayService
-from runbus_tool_executor import travel
 from runbus_tool_executor.service import ToolExecutorService
 from tests.helpers import eventually
 from tests.models import GatedModel, call, text, turn_step, weather_then_answer
 from tests.stack import SecuredNats, Stack, start_stack
 
-AGENTS = {"travel": msgspec.structs.replace(load_agents()["travel"], model="gated")}
+AGENTS = {"travel": msgspec.structs.replace(load_agents(AGENTS_DIR)["travel"], model="gated")}
 
 
 @pytest.fixture

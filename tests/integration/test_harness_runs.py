@@ -14,6 +14,7 @@ from runbus.client import RunbusClient
 from runbus.messages import HistoryLoad, ModelRequest
 from runbus.messages.history import HISTORY_LOADED_DECODER
 from runbus.messages.sessions import SESSION_INFO_DECODER, SessionGet
+from runbus_examples import AGENTS_DIR
 from runbus_gateway.agents import AgentSpec, load_agents
 from tests.models import GatedModel, call, text
 from tests.stack import SecuredNats, start_stack
@@ -156,9 +157,9 @@ async def test_a_program_agent_serves_the_same_run_contract(
 name = "refunds"
 [harness]
 kind = "program"
-program = "runbus_gateway.harness.refund:RefundPolicyAgent"
+program = "runbus_examples.refund:RefundPolicyAgent"
 """)
-    agents = {**load_agents(folder), **load_agents()}
+    agents = {**load_agents(folder), **load_agents(AGENTS_DIR)}
     async with start_stack(nats_server.url, data_dir=tmp_path, agents=agents):
         first = await alice.run("refunds", "I want a refund for my shoes", session_id="r")
         loaded = await alice.call(

@@ -25,13 +25,14 @@ from runbus.messages.runs import (
     RunCancel,
     RunGet,
 )
+from runbus_examples import AGENTS_DIR
+from runbus_examples.travel import ledger
 from runbus_gateway.agents import load_agents
-from runbus_tool_executor.travel import ledger
 from tests.helpers import approval_requested, eventually, raw_request
 from tests.models import GatedModel, call, text
 from tests.stack import SecuredNats, start_stack
 
-AGENTS = {"travel": msgspec.structs.replace(load_agents()["travel"], model="gated")}
+AGENTS = {"travel": msgspec.structs.replace(load_agents(AGENTS_DIR)["travel"], model="gated")}
 WINDOW = 0.5
 """The run queue's duplicate window here: long enough to drop a quick re-publish, short enough
 to test what a re-publish after it meets."""

@@ -22,6 +22,7 @@ from runbus.messages.runs import (
     RunList,
     RunStatus,
 )
+from runbus_examples import AGENTS_DIR
 from runbus_gateway.agents import load_agents
 from runbus_gateway.auth import TokenVerifier
 from runbus_gateway.service import GatewayService
@@ -30,7 +31,7 @@ from tests.helpers import approval_requested, eventually
 from tests.models import GatedModel, call, text
 from tests.stack import SecuredNats, start_stack
 
-AGENTS = {"travel": msgspec.structs.replace(load_agents()["travel"], model="gated")}
+AGENTS = {"travel": msgspec.structs.replace(load_agents(AGENTS_DIR)["travel"], model="gated")}
 
 
 async def _client(url: str, token: str) -> RunbusClient:

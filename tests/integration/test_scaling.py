@@ -2,8 +2,8 @@
 
 from nats.aio.client import Client as NATS
 
+from runbus_examples.travel import tools as travel_tools
 from runbus_tool_executor.service import ToolExecutorService
-from runbus_tool_executor.travel import tools as travel_tools
 from tests.helpers import publish_and_collect, raw_request
 from tests.stack import Stack
 

@@ -32,6 +32,7 @@ from runbus.messages.sessions import (
     SessionList,
     SessionStateUpdate,
 )
+from runbus_examples import AGENTS_DIR
 from runbus_gateway.agents import AgentSpec, load_agents
 from runbus_gateway.auth import TokenVerifier
 from runbus_gateway.service import GatewayService
@@ -39,7 +40,7 @@ from tests.helpers import eventually, publish_and_collect, raw_request, types
 from tests.models import GatedModel, weather_then_answer
 from tests.stack import SecuredNats, Stack, start_stack
 
-TRAVEL = load_agents()["travel"]
+TRAVEL = load_agents(AGENTS_DIR)["travel"]
 
 
 def agent(**changes: object) -> AgentSpec:

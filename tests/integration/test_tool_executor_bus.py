@@ -26,14 +26,14 @@ from runbus.messages.tools import (
     ToolInvoked,
     ToolList,
 )
+from runbus_examples.travel import fare, ledger
+from runbus_examples.travel import tools as travel
 from runbus_tool_executor.calls import CALL_RECORD_DECODER, call_key
 from runbus_tool_executor.catalog import entry_for
 from runbus_tool_executor.documents import tools as documents
 from runbus_tool_executor.registry import ToolRegistry
 from runbus_tool_executor.service import ToolExecutorService
 from runbus_tool_executor.store import open_stores
-from runbus_tool_executor.travel import fare, ledger
-from runbus_tool_executor.travel import tools as travel
 from tests.helpers import eventually, take_time
 from tests.stack import SecuredNats
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from nats.aio.client import Client as NATS
 
+from runbus_examples.scripted import ScriptedCall, ScriptedReply
+from runbus_examples.travel import tools as travel
 from runbus_gateway.agents import AgentSpec
-from runbus_model_router.scripted import ScriptedCall, ScriptedReply
 from runbus_tool_executor.registry import ToolRegistry
-from runbus_tool_executor.travel import tools as travel
 from tests.helpers import publish_and_collect, raw_request
 from tests.stack import SecuredNats, Stack, start_stack
 

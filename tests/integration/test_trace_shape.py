@@ -24,8 +24,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
+from runbus_examples import AGENTS_DIR
+from runbus_examples.scripted import ScriptedCall, ScriptedReply
 from runbus_gateway.agents import AgentSpec, MemoryPolicy, load_agents
-from runbus_model_router.scripted import ScriptedCall, ScriptedReply
 from tests.helpers import publish_and_collect, raw_request, types
 from tests.otlp_receiver import serve_traces
 from tests.stack import SecuredNats, start_stack
@@ -181,7 +182,7 @@ def receiver(monkeypatch: pytest.MonkeyPatch) -> Iterator[RawReceiver]:
 async def test_a_three_tool_run_is_one_trace_with_the_golden_span_tree(
     receiver: RawReceiver, nats_server: SecuredNats, tmp_path: Path
 ) -> None:
-    travel = load_agents()["travel"]
+    travel = load_agents(AGENTS_DIR)["travel"]
     planner = AgentSpec(
         name="planner",
         instructions="You plan trips.",

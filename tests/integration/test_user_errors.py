@@ -12,6 +12,7 @@ from runbus.client import RunbusClient
 from runbus.errors import ModelError
 from runbus.messages import ChatMessage, ModelRequest, RunFailed
 from runbus.messages.runs import RUN_INFO_DECODER, RunGet
+from runbus_examples import AGENTS_DIR
 from runbus_gateway.agents import load_agents
 from runbus_gateway.harness.config import HarnessConfig
 from runbus_gateway.harness.guardrails import ErrorMessages
@@ -20,7 +21,7 @@ from tests.stack import SecuredNats, start_stack
 
 UPSTREAM = "upstream 500 from https://llm.internal:8443/v1"
 BUSY = "The assistant is busy; please try again in a minute."
-TRAVEL = msgspec.structs.replace(load_agents()["travel"], model="gated")
+TRAVEL = msgspec.structs.replace(load_agents(AGENTS_DIR)["travel"], model="gated")
 AGENTS = {
     "travel": TRAVEL,
     "mapped": msgspec.structs.replace(

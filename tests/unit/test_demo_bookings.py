@@ -6,8 +6,8 @@ from typing import Any
 
 from runbus.headers import RunContext
 from runbus.messages import ChatMessage, ModelRequest, TextContent
-from runbus_model_router.offline import OfflineModel
-from runbus_tool_executor.travel import tools
+from runbus_examples.offline import OfflineModel
+from runbus_examples.travel import tools
 
 WEDNESDAY = date(2026, 3, 4)
 

@@ -6,6 +6,7 @@ import pytest
 
 from runbus.errors import Unauthenticated
 from runbus.tokens import TokenFileError
+from runbus_examples import AGENTS_DIR
 from runbus_gateway.agents import load_agents
 from runbus_gateway.auth import Principal, TokenVerifier
 from runbus_gateway.errors import GatewayConfigError
@@ -18,7 +19,7 @@ model = "offline"
 
 
 def test_the_packaged_travel_agent_is_loaded_by_default() -> None:
-    agents = load_agents()
+    agents = load_agents(AGENTS_DIR)
 
     travel = agents["travel"]
     assert travel.model == "offline"

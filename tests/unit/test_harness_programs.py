@@ -7,6 +7,7 @@ import pytest
 
 from runbus.headers import RunContext
 from runbus.messages import ChatMessage, FunctionCallContent, TextContent
+from runbus_examples.refund import RefundPolicyAgent, read_facts
 from runbus_gateway.errors import GatewayConfigError
 from runbus_gateway.harness.errors import ProgramError
 from runbus_gateway.harness.programs import (
@@ -16,7 +17,6 @@ from runbus_gateway.harness.programs import (
     run_program,
     say,
 )
-from runbus_gateway.harness.refund import RefundPolicyAgent, read_facts
 from runbus_gateway.harness.state import SessionState
 from tests.unit.test_harness_state import SessionStore
 
@@ -111,16 +111,16 @@ def test_facts_are_read_from_plain_words() -> None:
 
 def test_the_refund_policy_is_configured_through_program_options() -> None:
     agent = load_program(
-        "runbus_gateway.harness.refund:RefundPolicyAgent",
+        "runbus_examples.refund:RefundPolicyAgent",
         {"window_days": 14, "excluded_categories": ["software"]},
     )
 
     assert isinstance(agent, RefundPolicyAgent)
     assert agent.window_days == 14
     with pytest.raises(GatewayConfigError, match="bad program_options"):
-        load_program("runbus_gateway.harness.refund:RefundPolicyAgent", {"window": 14})
+        load_program("runbus_examples.refund:RefundPolicyAgent", {"window": 14})
     with pytest.raises(GatewayConfigError, match="window_days <= partial_window_days"):
-        load_program("runbus_gateway.harness.refund:RefundPolicyAgent", {"window_days": 120})
+        load_program("runbus_examples.refund:RefundPolicyAgent", {"window_days": 120})
 
 
 class Echo:

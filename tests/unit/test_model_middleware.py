@@ -17,6 +17,7 @@ from runbus.messages import (
     ModelResponse,
     TextContent,
 )
+from runbus_examples.scripted import ScriptedModel, ScriptedReply
 from runbus_model_router.config import TargetConfig
 from runbus_model_router.errors import ScriptExhausted
 from runbus_model_router.middleware import (
@@ -29,7 +30,6 @@ from runbus_model_router.middleware import (
     chain,
 )
 from runbus_model_router.routing import Target
-from runbus_model_router.scripted import ScriptedModel, ScriptedReply
 
 SCRIPT = ScriptedModel("hi", [ScriptedReply(text="Hello there.")])
 TARGET = Target(

@@ -15,12 +15,12 @@ from runbus.messages import (
     ToolSpec,
     UriContent,
 )
+from runbus_examples.models import default_routes
+from runbus_examples.scripted import ScriptedModel, ScriptedReply
 from runbus_model_router.config import RouteConfigError, TargetConfig, load_config, parse_config
 from runbus_model_router.errors import InvalidToolSchema, UnknownRoute, UnsupportedRequest
 from runbus_model_router.features import check_tools, estimate_tokens, features_of
 from runbus_model_router.routing import RouteTable, Target, build_table
-from runbus_model_router.scripted import ScriptedModel, ScriptedReply
-from runbus_model_router.service import default_routes
 
 ROUTES = """
 [backends.local]

@@ -13,8 +13,8 @@ from runbus.messages import (
     TextContent,
     ToolSpec,
 )
-from runbus_model_router.offline import OfflineModel, cities_in, travel_date
-from runbus_tool_executor.travel import tools as travel
+from runbus_examples.offline import OfflineModel, cities_in, travel_date
+from runbus_examples.travel import tools as travel
 
 WEDNESDAY = date(2026, 3, 4)
 ALL_TOOLS = [t.spec() for t in travel.tools.values()]

@@ -12,8 +12,8 @@ from runbus.messages import (
     ModelResponse,
     TextContent,
 )
+from runbus_examples.scripted import ScriptedCall, ScriptedModel, ScriptedReply, load_scripts
 from runbus_model_router.errors import ScriptExhausted
-from runbus_model_router.scripted import ScriptedCall, ScriptedModel, ScriptedReply, load_scripts
 
 REPLIES = [
     ScriptedReply(tool_calls=[ScriptedCall(name="get_weather", arguments={"city": "Sydney"})]),

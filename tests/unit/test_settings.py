@@ -13,7 +13,10 @@ def test_no_runbus_variables_give_the_documented_defaults() -> None:
     assert settings.data_dir == ".runbus"
     assert settings.token == "dev-alice"
     assert settings.run_concurrency == 64
-    assert settings.tool_modules == "runbus_tool_executor.travel"
+    # A production service serves no example tools, agents or models unless told to.
+    assert settings.tool_modules == ""
+    assert settings.agents_dir is None
+    assert settings.model_backends == ""
 
 
 def test_variables_are_converted_to_their_field_types() -> None:

@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 
 from runbus.headers import RunContext
+from runbus_examples.travel import tools as travel
 from runbus_tool_executor.config import Deployment, ToolOverride, load_deployment
 from runbus_tool_executor.errors import ToolConfigError
 from runbus_tool_executor.middleware import Call, Terminate
-from runbus_tool_executor.travel import tools as travel
 
 BOOK = {"flight_id": "JQ555-20260310", "seat": "any", "cabin": "economy"}
 
@@ -33,7 +33,7 @@ def test_the_chain_is_built_from_factories_with_their_options(tmp_path: Path) ->
             """
             approval_ttl = 60
             [[middleware]]
-            use = "runbus_tool_executor.travel:corporate_policy"
+            use = "runbus_examples.travel:corporate_policy"
             blocked = ["JQ"]
             """,
         )
@@ -90,10 +90,10 @@ def test_the_default_approval_keeps_the_tools_own_rule(tmp_path: Path) -> None:
         ("[tools.create_booking]\napproval = 'sometimes'", "approval"),
         ("[tools.create_booking]\ntimeout = 0", "timeout"),
         ("[[middleware]]\nblocked = []", "must be 'module:factory'"),
-        ("[[middleware]]\nuse = 'runbus_tool_executor.travel:nothing'", "nothing"),
+        ("[[middleware]]\nuse = 'runbus_examples.travel:nothing'", "nothing"),
         ("[[middleware]]\nuse = 'no_such_module:x'", "no_such_module"),
         (
-            "[[middleware]]\nuse = 'runbus_tool_executor.travel:corporate_policy'\ncolour = 1",
+            "[[middleware]]\nuse = 'runbus_examples.travel:corporate_policy'\ncolour = 1",
             "colour",
         ),
         ("middleware = [", r"tools\.toml"),

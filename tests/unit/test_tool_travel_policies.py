@@ -8,9 +8,7 @@ import pytest
 
 from runbus.headers import RunContext
 from runbus.messages.tools import ApprovalGrant, ToolInvoke, ToolInvoked
-from runbus_tool_executor.calls import MemoryCallStore
-from runbus_tool_executor.executor import Executor
-from runbus_tool_executor.travel import (
+from runbus_examples.travel import (
     APPROVAL_ABOVE_AUD,
     fare,
     ledger,
@@ -18,6 +16,8 @@ from runbus_tool_executor.travel import (
     search_flights,
     tools,
 )
+from runbus_tool_executor.calls import MemoryCallStore
+from runbus_tool_executor.executor import Executor
 
 ALICE = RunContext(run_id="r-travel", agent="travel", props={"user_id": "alice", "tenant": "acme"})
 ROUTES = [("Melbourne", "Sydney"), ("Perth", "Darwin"), ("Sydney", "Hobart"), ("Cairns", "Tokyo")]

@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 
 from runbus.headers import RunContext
-from runbus_tool_executor.travel import tools
+from runbus_examples.travel import tools
 
 ALICE = RunContext(
     run_id="r-1", session_id="s1", agent="travel", props={"user_id": "alice", "tenant": "acme"}

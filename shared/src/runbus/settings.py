@@ -49,7 +49,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     tokens_file: str | None = None
     """Gateway: TOML file of token → user_id, tenant (default: the packaged dev tokens)."""
     agents_dir: str | None = None
-    """Gateway: folder of agent TOML files (default: the packaged demo agents)."""
+    """Gateway: folder of agent TOML files (default: none; `runbus up` uses the examples')."""
     run_concurrency: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 64
     """Gateway: runs one replica executes at once; it pulls no more than that."""
     tenant_run_limit: Annotated[int, msgspec.Meta(ge=0, le=100_000)] = 0
@@ -68,9 +68,14 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     stream_replicas: Annotated[int, msgspec.Meta(ge=1, le=5)] = 1
     """Replicas of every JetStream stream and KV bucket runbus creates (3 on a cluster)."""
     model_scripts: str | None = None
-    """Model router: TOML file of scripts for the `scripted/<name>` routes."""
+    """Model router: TOML file of scripts for the `scripted/<name>` routes of
+    `runbus_examples.models`."""
     model_routes: str | None = None
-    """Model router: TOML file of routes, targets and budgets (default: offline only)."""
+    """Model router: TOML file of routes, targets and budgets (default: only the plug-in
+    routes of `model_backends`)."""
+    model_backends: str = ""
+    """Model router: comma-separated modules whose `routes(settings)` add routes by name
+    (`runbus_examples.models`: the demo's `offline` and the `scripted/<name>` routes)."""
     qdrant_url: str | None = None
     """Memory: a Qdrant server; when unset, the embedded store under the data dir is used."""
     embedder: Literal["minilm", "hashing", "openai"] = "minilm"
@@ -84,7 +89,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     """Memory: model the `openai` embedder asks for."""
     embeddings_dimension: Annotated[int, msgspec.Meta(ge=1, le=65536)] | None = None
     """Memory: vector size the `openai` embedder requests (default: the model's own size)."""
-    tool_modules: str = "runbus_tool_executor.travel"
+    tool_modules: str = ""
     """Tool executor: comma-separated modules whose tools this replica serves."""
     tool_root: str | None = None
     """Tool executor: folder that path parameters of tools are confined to (default:

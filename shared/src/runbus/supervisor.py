@@ -4,12 +4,13 @@ stuck is not), all stopped on a failed start, Ctrl-C or SIGTERM."""
 
 import asyncio
 import contextlib
+import importlib
 import os
 import signal
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TextIO
@@ -142,6 +143,18 @@ def _cpu_ticks(pid: int) -> int | None:
     return int(fields[11]) + int(fields[12])
 
 
+def examples_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """With the examples package installed (a development checkout, never a production image),
+    the settings that serve its agents, tools and models, for each one `environ` leaves unset:
+    `runbus up` and `runbus demo` then behave as the demo expects."""
+    try:
+        examples = importlib.import_module("runbus_examples")
+    except ImportError:
+        return {}
+    found: dict[str, str] = examples.settings_env(environ)
+    return found
+
+
 async def _responders(nc: NATS, subject: str, enough: int, wait: float = 0.2) -> int:
     """How many replicas answer `subject` within `wait` seconds (stops counting at `enough`)."""
     answered = 0
@@ -231,6 +244,7 @@ class ProcessStack:
             # Files are JSON lines whatever the terminal: `runbus logs` reads them.
             self._env = {
                 **os.environ,
+                **examples_env(os.environ),
                 "RUNBUS_NATS_URL": self.url,
                 "RUNBUS_DATA_DIR": str(self.data),
                 "RUNBUS_LOG_FORMAT": "json",

@@ -11,6 +11,7 @@ from ag_ui import core as ag
 
 from runbus.client import RunbusClient
 from runbus.messages import ModelRequest, RunCompleted
+from runbus_examples import AGENTS_DIR
 from runbus_gateway.agents import load_agents
 from runbus_gateway.harness.config import HarnessConfig, TodosConfig
 from tests.integration.ingress.conftest import ALICE, BOB, ingress
@@ -96,7 +97,7 @@ async def test_the_todo_list_arrives_as_state_snapshots_when_it_changes(
         return text("All done.")
 
     planner = msgspec.structs.replace(
-        load_agents()["travel"],
+        load_agents(AGENTS_DIR)["travel"],
         name="planner",
         model="gated",
         harness=HarnessConfig(todos=TodosConfig(enabled=True)),

@@ -13,6 +13,7 @@ import pytest
 from playwright.async_api import Browser, Page, async_playwright, expect
 
 from runbus.messages import ChatMessage, ModelRequest, ModelResponse, TextContent, Usage
+from runbus_examples import AGENTS_DIR
 from runbus_gateway.agents import load_agents
 from runbus_model_router.backends import OnDelta
 from tests.integration.ingress.conftest import ingress
@@ -93,7 +94,7 @@ async def test_a_person_signs_in_runs_approves_watches_the_answer_and_is_refused
     nats_server: SecuredNats, tmp_path: Path, browser: Browser
 ) -> None:
     model = BookingModel()
-    agents = {"travel": msgspec.structs.replace(load_agents()["travel"], model="booking")}
+    agents = {"travel": msgspec.structs.replace(load_agents(AGENTS_DIR)["travel"], model="booking")}
     screenshots = tmp_path / "screenshots"
     screenshots.mkdir()
     async with (

@@ -19,6 +19,7 @@ from runbus import subjects
 from runbus.client import RunbusClient, SequencedEvent
 from runbus.messages import RunCompleted
 from runbus.messages.runs import RUN_EVENT_DECODER
+from runbus_examples import AGENTS_DIR
 from runbus_gateway.agents import load_agents
 from runbus_ingress.sse import event_type
 from tests.helpers import eventually
@@ -26,7 +27,7 @@ from tests.integration.ingress.conftest import ALICE, BOB, ingress
 from tests.models import GatedModel, weather_then_answer
 from tests.stack import SecuredNats, Stack, start_stack
 
-AGENTS = {"travel": msgspec.structs.replace(load_agents()["travel"], model="gated")}
+AGENTS = {"travel": msgspec.structs.replace(load_agents(AGENTS_DIR)["travel"], model="gated")}
 
 
 class SseEvent(NamedTuple):

@@ -1,7 +1,6 @@
 """Agent definitions: TOML files decoded into frozen Structs at start."""
 
 import tomllib
-from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -130,16 +129,8 @@ class AgentSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 def load_agents(folder: Path | None = None) -> dict[str, AgentSpec]:
-    """Every `*.toml` in `folder` (default: the packaged demo agents), by name."""
-    files = (
-        sorted(folder.glob("*.toml"))
-        if folder is not None
-        else [
-            Path(str(f))
-            for f in resources.files(__package__).joinpath("agents").iterdir()
-            if f.name.endswith(".toml")
-        ]
-    )
+    """Every `*.toml` in `folder` (`RUNBUS_AGENTS_DIR`), by name; none without a folder."""
+    files = sorted(folder.glob("*.toml")) if folder is not None else []
     agents: dict[str, AgentSpec] = {}
     for file in files:
         try:

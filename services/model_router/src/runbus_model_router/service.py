@@ -34,10 +34,9 @@ from .core import Router
 from .errors import RunCancelled
 from .ledger import KvLedger, KvProvenance, open_bucket
 from .middleware import ChatMiddleware, Metrics, PromptAudit, Redactor, Tracing
-from .offline import OfflineModel
 from .openai_chat import OpenAIChatModel, open_client, server_of
+from .plugins import load_backends
 from .routing import Target, build_table
-from .scripted import ScriptedModel, Scripts, load_scripts
 from .usage import report, utc_day
 
 RECENT_CANCELS: Final = 1024
@@ -59,7 +58,7 @@ class ModelRouterService(Service):
         stream_replicas: int = 1,
         **kwargs: object,
     ) -> None:
-        """`routes` are the built-in routes (`offline`, `scripted/<name>`, or test backends);
+        """`routes` are plug-in routes by name (`RUNBUS_MODEL_BACKENDS`, or test backends);
         `config` adds the routes file's backends, routes, rules and budgets."""
         super().__init__(nc, **kwargs)  # type: ignore[arg-type]
         self.config = config or RouterConfig()
@@ -84,11 +83,10 @@ class ModelRouterService(Service):
 
     @classmethod
     def from_settings(cls, nc: NATS, settings: Settings, tracer_provider: TracerProvider) -> Self:
-        scripts = load_scripts(Path(settings.model_scripts)) if settings.model_scripts else {}
         config = load_config(Path(settings.model_routes)) if settings.model_routes else None
         return cls(
             nc,
-            default_routes(scripts),
+            load_backends(settings),
             config=config,
             tracer_provider=tracer_provider,
             request_timeout=settings.request_timeout,
@@ -215,10 +213,3 @@ class ModelRouterService(Service):
         day = query.day or utc_day()
         rows = await self.ledger.rows(day, query.tenant or None)
         return report(self.config, day, rows)
-
-
-def default_routes(scripts: Scripts) -> dict[str, ModelBackend]:
-    routes: dict[str, ModelBackend] = {"offline": OfflineModel()}
-    for name, replies in scripts.items():
-        routes[f"scripted/{name}"] = ScriptedModel(name, replies)
-    return routes

@@ -5,7 +5,7 @@ overrides of what the tool packages declare.
 approval_ttl = 600                      # seconds an approver has (default 900)
 
 [[middleware]]                          # the whole chain, in order; replaces the packages' own
-use = "runbus_tool_executor.travel:corporate_policy"
+use = "runbus_examples.travel:corporate_policy"
 blocked = ["VA823", "JQ"]               # every other key is an argument of the factory
 
 [tools.create_booking]

@@ -1,6 +1,6 @@
 """A tool that reads files, confined to the deployment's tool root (`RUNBUS_TOOL_ROOT`): the
 pattern for any tool that takes a path from the model. Serve it with
-`RUNBUS_TOOL_MODULES=runbus_tool_executor.travel,runbus_tool_executor.documents`."""
+`RUNBUS_TOOL_MODULES=runbus_examples.travel,runbus_tool_executor.documents`."""
 
 from pathlib import Path
 from typing import Annotated

@@ -3,7 +3,7 @@ served by the same run contract — same subject, events, history, state bag and
 
     [harness]
     kind = "program"
-    program = "runbus_gateway.harness.refund:RefundPolicyAgent"
+    program = "runbus_examples.refund:RefundPolicyAgent"
     program_options = {window_days = 30}
 
 The class is built once at start with `program_options` as keyword arguments; each run calls

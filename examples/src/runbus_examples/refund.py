@@ -18,7 +18,7 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from .programs import ProgramReply, ProgramRun, say
+from runbus_gateway.harness.programs import ProgramReply, ProgramRun, say
 
 STATE_KEY: Final = "refund"
 Fact = Literal["category", "days", "receipt"]

@@ -13,9 +13,9 @@ from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
-from .errors import InvalidArguments
-from .middleware import PROCEED, Call, Decision, Middleware, Terminate
-from .registry import FromProp, ToolContext, ToolRegistry
+from runbus_tool_executor.errors import InvalidArguments
+from runbus_tool_executor.middleware import PROCEED, Call, Decision, Middleware, Terminate
+from runbus_tool_executor.registry import FromProp, ToolContext, ToolRegistry
 
 tools = ToolRegistry()
 

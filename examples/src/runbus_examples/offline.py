@@ -16,9 +16,14 @@ from runbus.messages import (
     ModelResponse,
     TextContent,
 )
-
-from ._common import assistant, estimate_usage, results_after, since_last_user, stream_words
-from .backends import OnDelta
+from runbus_model_router._common import (
+    assistant,
+    estimate_usage,
+    results_after,
+    since_last_user,
+    stream_words,
+)
+from runbus_model_router.backends import OnDelta
 
 CITIES: Final = (
     "Adelaide",

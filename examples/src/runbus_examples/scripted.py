@@ -12,10 +12,15 @@ from typing import Any
 import msgspec
 
 from runbus.messages import FunctionCallContent, ModelRequest, ModelResponse, TextContent
-
-from ._common import assistant, estimate_usage, results_after, since_last_user, stream_words
-from .backends import OnDelta
-from .errors import ScriptExhausted
+from runbus_model_router._common import (
+    assistant,
+    estimate_usage,
+    results_after,
+    since_last_user,
+    stream_words,
+)
+from runbus_model_router.backends import OnDelta
+from runbus_model_router.errors import ScriptExhausted
 
 
 class ScriptedCall(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
