@@ -58,7 +58,7 @@ chaos: setup ## Kill matrix, NATS restart, fuzz and isolation sweep at full size
 lint: setup ## Ruff (lint and format check), mypy --strict (tests/ too), codespell, compose and k8s schemas
 	$(UV_RUN) ruff check .
 	$(UV_RUN) ruff format --check .
-	$(UV_RUN) mypy shared/src services/*/src tests
+	$(UV_RUN) mypy shared/src services/*/src examples/src tests
 	$(UV_RUN) codespell
 	$(UV_RUN) check-jsonschema --builtin-schema vendor.compose-spec compose.yaml compose.cluster.yaml
 	$(UV_RUN) kubernetes-validate --strict -k 1.33.0 $(filter-out %/kustomization.yaml,$(wildcard deploy/k8s/*.yaml))
