@@ -247,6 +247,28 @@ def test_image_build_copies_the_pyproject_of_every_workspace_member() -> None:
         assert f"COPY {member}/pyproject.toml {member}/" in dockerfile
 
 
+def test_the_image_never_installs_the_examples() -> None:
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    syncs = re.findall(r"uv sync [^\n]*", dockerfile)
+
+    assert syncs
+    for sync in syncs:
+        assert "--no-install-package runbus-examples" in sync
+    assert "COPY examples/ " not in dockerfile
+
+
+def test_no_production_package_imports_the_examples() -> None:
+    sources = [*ROOT.glob("shared/src/**/*.py"), *ROOT.glob("services/*/src/**/*.py")]
+    importing = [
+        str(path.relative_to(ROOT))
+        for path in sources
+        if re.search(r"^\s*(from|import) runbus_examples\b", path.read_text(), re.MULTILINE)
+    ]
+
+    assert sources
+    assert importing == []
+
+
 # deploy/nats
 
 
