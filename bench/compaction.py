@@ -46,6 +46,7 @@ from runbus.messages.compaction import (
     TruncationCompaction,
     TurnsExceed,
 )
+from runbus.service import ServiceOptions
 from runbus.telemetry import create_tracer_provider
 from runbus_compaction.service import CompactionService
 from runbus_compaction.strategies import SummaryCall, SummaryReply, compact
@@ -190,7 +191,9 @@ async def bench_bus() -> None:
     ctx = RunContext(run_id="bench")
     with tempfile.TemporaryDirectory() as tmp, EmbeddedNats(Path(tmp) / "js") as server:
         service_nc = await nats.connect(server.url)
-        service = CompactionService(service_nc, tracer_provider=create_tracer_provider("bench"))
+        service = CompactionService(
+            service_nc, options=ServiceOptions(tracer_provider=create_tracer_provider("bench"))
+        )
         await service.start()
         client = await nats.connect(server.url)
         bus = Bus(client, create_tracer_provider("bench-client").get_tracer("bench"))

@@ -18,6 +18,7 @@ from runbus.headers import RunContext
 from runbus.messages import ChatMessage, HistoryAppend, HistoryLoad, TextContent, encode
 from runbus.messages.history import HISTORY_APPENDED_DECODER, HISTORY_LOADED_DECODER
 from runbus.messages.sessions import SESSION_OPENED_DECODER, SessionOpen
+from runbus.service import ServiceOptions
 from runbus.telemetry import create_tracer_provider
 from runbus_history.service import HistoryService
 from runbus_history.store import read_subject
@@ -62,7 +63,9 @@ async def run_benchmark(repeat: int = 200) -> None:
     print("\n[history] load a session / append a run's messages (service vs raw JetStream)")
     with tempfile.TemporaryDirectory() as tmp, EmbeddedNats(Path(tmp) / "js") as server:
         service_nc, client_nc = await nats.connect(server.url), await nats.connect(server.url)
-        service = HistoryService(service_nc, tracer_provider=create_tracer_provider("history"))
+        service = HistoryService(
+            service_nc, options=ServiceOptions(tracer_provider=create_tracer_provider("history"))
+        )
         await service.start()
         bus = Bus(client_nc, trace.get_tracer("bench"))
         ctx = RunContext(

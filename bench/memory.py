@@ -23,6 +23,7 @@ from runbus.embedded import EmbeddedNats
 from runbus.headers import RunContext
 from runbus.messages import encode
 from runbus.messages.memory import MEMORY_STORED_DECODER, MemoryStore
+from runbus.service import ServiceOptions
 from runbus.telemetry import create_tracer_provider
 from runbus_memory.core import MemoryRecord, StorageScope, memory_id
 from runbus_memory.edge import EdgeStore
@@ -147,7 +148,7 @@ async def _store(n: int) -> None:
                 service_nc,
                 embedder=embedder,
                 data_dir=Path(tmp) / f"qdrant-{name}",
-                tracer_provider=create_tracer_provider("memory"),
+                options=ServiceOptions(tracer_provider=create_tracer_provider("memory")),
             )
             await service.start()
             bus = Bus(client_nc, trace.get_tracer("bench"))

@@ -34,7 +34,7 @@ from runbus.headers import RunContext
 from runbus.logs import configure_logging
 from runbus.messages import ChatMessage, ModelRequest, ModelResponse, TextContent, encode
 from runbus.messages.model import MODEL_REQUEST_DECODER, MODEL_RESPONSE_DECODER
-from runbus.service import Endpoint, Service
+from runbus.service import Endpoint, Service, ServiceOptions
 from runbus.telemetry import create_tracer_provider
 from runbus_examples.models import default_routes
 from runbus_examples.scripted import ScriptedModel, ScriptedReply
@@ -158,8 +158,8 @@ class EchoService(Service):
 
     name = "bench_model_echo"
 
-    def __init__(self, nc: NATS, reply: ModelResponse, **kwargs: object) -> None:
-        super().__init__(nc, **kwargs)  # type: ignore[arg-type]
+    def __init__(self, nc: NATS, reply: ModelResponse, options: ServiceOptions) -> None:
+        super().__init__(nc, options=options)
         self.reply = reply
 
     def endpoints(self) -> list[Endpoint]:
@@ -176,7 +176,7 @@ async def bench_over_the_bus(url: str, n: int) -> None:
         server_nc,
         default_routes(SCRIPTS),
         config=parse_config(BUDGETS),
-        tracer_provider=create_tracer_provider("model_router"),
+        options=ServiceOptions(tracer_provider=create_tracer_provider("model_router")),
     )
     await service.start()
     request = prompt()
@@ -188,7 +188,9 @@ async def bench_over_the_bus(url: str, n: int) -> None:
         await msg.respond(reply_body)
 
     await server_nc.subscribe("bench.model.raw", queue="bench", cb=raw_echo)
-    echo = EchoService(server_nc, reply, tracer_provider=create_tracer_provider("bench_echo"))
+    echo = EchoService(
+        server_nc, reply, ServiceOptions(tracer_provider=create_tracer_provider("bench_echo"))
+    )
     await echo.start()
     await ready(server_nc)
     bus = Bus(client_nc, create_tracer_provider("bench_client").get_tracer("bench"))
@@ -256,7 +258,9 @@ async def bench_first_delta(url: str, n: int) -> dict[str, dict[str, float]]:
     server_nc, client_nc = await nats.connect(url), await nats.connect(url)
     paced = PacedModel(gap)
     service = ModelRouterService(
-        server_nc, {"paced": paced}, tracer_provider=create_tracer_provider("model_router")
+        server_nc,
+        {"paced": paced},
+        options=ServiceOptions(tracer_provider=create_tracer_provider("model_router")),
     )
     await service.start()
     await ready(server_nc)

@@ -57,7 +57,7 @@ from runbus.headers import RunContext
 from runbus.logs import configure_logging
 from runbus.messages import ChatMessage, CompactRequest, CompactResult, TextContent, encode
 from runbus.messages.compaction import COMPACT_RESULT_DECODER
-from runbus.service import Endpoint, Service
+from runbus.service import Endpoint, Service, ServiceOptions
 from runbus.telemetry import create_tracer_provider
 from runbus_examples import AGENTS_DIR
 from runbus_examples.scripted import ScriptedCall, ScriptedReply
@@ -128,7 +128,9 @@ async def bench_hop(url: str, n: int) -> dict[str, dict[str, float]]:
         await msg.respond(reply_body)
 
     await server_nc.subscribe("bench.echo.raw", queue="bench", cb=raw_handler)
-    service = EchoService(server_nc, tracer_provider=create_tracer_provider("bench_echo"))
+    service = EchoService(
+        server_nc, options=ServiceOptions(tracer_provider=create_tracer_provider("bench_echo"))
+    )
     await service.start()
     bus = Bus(client_nc, create_tracer_provider("bench_client").get_tracer("bench"))
     ctx = RunContext(

@@ -31,6 +31,7 @@ from runbus.embedded import EmbeddedNats
 from runbus.headers import RunContext
 from runbus.messages import encode
 from runbus.messages.tools import TOOL_INVOKED_DECODER, ToolInvoke
+from runbus.service import ServiceOptions
 from runbus.telemetry import create_tracer_provider
 from runbus_examples.travel import corporate_policy
 from runbus_tool_executor.calls import MemoryCallStore
@@ -123,8 +124,7 @@ async def replica(url: str, registry: ToolRegistry, **kwargs: Any) -> tuple[NATS
         nc,
         [registry],
         middleware=CHAIN,
-        tracer_provider=create_tracer_provider("tool_executor"),
-        **kwargs,
+        options=ServiceOptions(tracer_provider=create_tracer_provider("tool_executor"), **kwargs),
     )
     await service.start()
     await nc.flush()

@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 
 from runbus import busauth, subjects
 from runbus.embedded import EmbeddedNats
-from runbus.service import Service
+from runbus.service import DEFAULT_OPTIONS, Service, ServiceOptions
 from runbus.telemetry import create_tracer_provider
 from runbus_auth.service import AuthService
 from runbus_compaction.service import CompactionService
@@ -109,12 +109,16 @@ class Stack:
     providers: dict[str, TracerProvider] = field(default_factory=dict)
     connect_options: dict[str, object] = field(default_factory=dict)
     """Extra `nats.connect` options of every service connection (reconnect policy)."""
+    options: dict[str, ServiceOptions] = field(default_factory=dict)
+    """Options of each service by name: its tracer provider and the stack's hop timeout."""
 
     async def start_service(self, service_factory: type[Service], **kwargs: object) -> Service:
-        """Start one more replica (its own connection) and stop it with the stack."""
+        """Start one more replica (its own connection, the stack's options for that service)
+        and stop it with the stack. `kwargs` are the service's own constructor arguments."""
         nc = await nats.connect(self.url, **self.connect_options)
         self.exit_stack.push_async_callback(_drain, nc)
-        service = service_factory(nc, **kwargs)  # type: ignore[arg-type]
+        options = self.options.get(service_factory.name, DEFAULT_OPTIONS)
+        service = service_factory(nc, options=options, **kwargs)
         await service.start()
         self.exit_stack.push_async_callback(service.stop)
         return service
@@ -152,9 +156,11 @@ async def start_stack(
             providers=providers,
             connect_options=connect_options or {},
         )
-        common: dict[str, object] = {}
-        if request_timeout is not None:
-            common["request_timeout"] = request_timeout
+        for name, provider in providers.items():
+            stack.options[name] = ServiceOptions(
+                tracer_provider=provider,
+                request_timeout=request_timeout or DEFAULT_OPTIONS.request_timeout,
+            )
         replicated: dict[str, object] = (
             {"replicas": stream_replicas} if stream_replicas != 1 else {}
         )
@@ -194,7 +200,5 @@ async def start_stack(
         }
         for name in SERVICE_NAMES[1:] + SERVICE_NAMES[:1]:
             factory, kwargs = factories[name]
-            stack.services[name] = await stack.start_service(
-                factory, tracer_provider=providers[name], **common, **kwargs
-            )
+            stack.services[name] = await stack.start_service(factory, **kwargs)
         yield stack

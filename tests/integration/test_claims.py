@@ -57,17 +57,12 @@ async def _take_down(service: Service) -> None:
 
 
 async def _bring_back(stack: Stack, down: str, data: Path) -> None:
-    provider = stack.providers[down]
     if down == "memory":
         embedder = HashingEmbedder()
         store = await EdgeStore.open(data / "qdrant-again", embedder.dimension)
-        await stack.start_service(
-            MemoryService, embedder=embedder, store=store, tracer_provider=provider
-        )
+        await stack.start_service(MemoryService, embedder=embedder, store=store)
     else:
-        await stack.start_service(
-            ToolExecutorService, registries=[travel_tools], tracer_provider=provider
-        )
+        await stack.start_service(ToolExecutorService, registries=[travel_tools])
 
 
 @pytest.mark.parametrize("down", ["memory", "tool_executor"])

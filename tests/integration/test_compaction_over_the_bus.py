@@ -3,7 +3,7 @@ route and span, failures that leave the prompt as it was, typed errors for bad s
 session whose every model call stays under the agent's budget while history keeps everything."""
 
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -36,7 +36,7 @@ from runbus.messages.compaction import (
 )
 from runbus.messages.history import HISTORY_LOADED_DECODER
 from runbus.messages.model import MODEL_REQUEST_DECODER
-from runbus.service import Service
+from runbus.service import Service, ServiceOptions
 from runbus.telemetry import create_tracer_provider
 from runbus_compaction.service import CompactionService
 from runbus_compaction.tokens import estimate_tokens
@@ -59,14 +59,20 @@ async def compaction(nats_server: SecuredNats, spans: InMemorySpanExporter) -> A
     """Compaction and a model router with scripted routes, each on its own connection; the
     returned bus is a client's."""
     async with AsyncExitStack() as stack:
-        for factory, kwargs in (
-            (ModelRouterService, {"routes": default_routes(SCRIPTS)}),
-            (CompactionService, {}),
-        ):
+        builders: list[tuple[str, Callable[[NATS, ServiceOptions], Service]]] = [
+            (
+                ModelRouterService.name,
+                lambda nc, options: ModelRouterService(
+                    nc, default_routes(SCRIPTS), options=options
+                ),
+            ),
+            (CompactionService.name, lambda nc, options: CompactionService(nc, options=options)),
+        ]
+        for name, build in builders:
             nc = await nats.connect(nats_server.url)
             stack.push_async_callback(nc.drain)
-            provider = create_tracer_provider(factory.name, processors=[SimpleSpanProcessor(spans)])
-            service: Service = factory(nc, tracer_provider=provider, **kwargs)  # type: ignore[arg-type]
+            provider = create_tracer_provider(name, processors=[SimpleSpanProcessor(spans)])
+            service = build(nc, ServiceOptions(tracer_provider=provider))
             await service.start()
             stack.push_async_callback(service.stop)
         client = await nats.connect(nats_server.url)

@@ -3,7 +3,6 @@ service, messaging attributes on both, failures on both; and a sampler chosen by
 `OTEL_TRACES_SAMPLER` variables that drops a hop whole."""
 
 from collections.abc import AsyncIterator, Callable
-from typing import Any
 
 import msgspec
 import pytest
@@ -17,7 +16,7 @@ from opentelemetry.trace import SpanContext, SpanKind, StatusCode
 from runbus.bus import Bus
 from runbus.errors import NotFound, RemoteError
 from runbus.headers import RunContext
-from runbus.service import Endpoint, Service
+from runbus.service import Endpoint, Service, ServiceOptions
 from runbus.telemetry import create_tracer_provider
 
 
@@ -32,8 +31,8 @@ CTX = RunContext(run_id="r-hop", props={"user_id": "alice", "tenant": "acme"})
 class EchoService(Service):
     name = "echo"
 
-    def __init__(self, nc: NATS, **kwargs: Any) -> None:
-        super().__init__(nc, **kwargs)
+    def __init__(self, nc: NATS, options: ServiceOptions) -> None:
+        super().__init__(nc, options=options)
         self.seen: list[SpanContext] = []
 
     def endpoints(self) -> list[Endpoint]:
@@ -61,7 +60,7 @@ async def hop(nc: NATS) -> AsyncIterator[Callable[[], Hop]]:
     def build() -> Hop:
         exporter = InMemorySpanExporter()
         provider = create_tracer_provider("echo", processors=[SimpleSpanProcessor(exporter)])
-        service = EchoService(nc, tracer_provider=provider)
+        service = EchoService(nc, ServiceOptions(tracer_provider=provider))
         started.append(service)
         return Bus(nc, provider.get_tracer("test")), service, exporter
 

@@ -16,6 +16,7 @@ from runbus import subjects
 from runbus.embedded import EmbeddedNatsCluster
 from runbus.headers import RunContext
 from runbus.messages import MemoryStore, encode
+from runbus.service import ServiceOptions
 from runbus.telemetry import create_tracer_provider
 from runbus_memory.core import StorageScope
 from runbus_memory.edge import EdgeStore
@@ -46,7 +47,7 @@ async def memory(cluster: EmbeddedNatsCluster, tmp_path: Path) -> AsyncIterator[
         embedder=embedder,
         store=await EdgeStore.open(tmp_path / "qdrant", embedder.dimension),
         replicas=3,
-        tracer_provider=create_tracer_provider("memory"),
+        options=ServiceOptions(tracer_provider=create_tracer_provider("memory")),
     )
     await service.start()
     yield service

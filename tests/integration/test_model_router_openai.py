@@ -21,6 +21,7 @@ from runbus.messages import (
     Usage,
 )
 from runbus.messages.runs import RUN_EVENT_DECODER
+from runbus.service import ServiceOptions
 from runbus.telemetry import create_tracer_provider
 from tests.integration.model_provider import (
     CTX,
@@ -328,7 +329,11 @@ async def test_each_call_is_a_chat_span_naming_the_provider_and_its_usage(
     )
     async with (
         loopback() as provider,
-        router(nats_server.url, one_route(provider.base_url), tracer_provider=provider_traces),
+        router(
+            nats_server.url,
+            one_route(provider.base_url),
+            options=ServiceOptions(tracer_provider=provider_traces),
+        ),
     ):
         await answer(nc, ask("hi"), CTX)
 

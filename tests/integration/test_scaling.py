@@ -18,11 +18,7 @@ def _handled(service: ToolExecutorService) -> int:
 async def test_two_tool_executor_replicas_share_work_and_one_can_go(stack: Stack, nc: NATS) -> None:
     first = stack.services["tool_executor"]
     assert isinstance(first, ToolExecutorService)
-    second = await stack.start_service(
-        ToolExecutorService,
-        registries=[travel_tools],
-        tracer_provider=stack.providers["tool_executor"],
-    )
+    second = await stack.start_service(ToolExecutorService, registries=[travel_tools])
     assert isinstance(second, ToolExecutorService)
 
     for n in range(3):

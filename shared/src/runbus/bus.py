@@ -1,6 +1,7 @@
 """Request and publish over NATS with the run context, trace context and deadline applied.
 
-Every hop between services goes through `Bus.request`: it writes the headers, opens the client
+Every hop between services goes through `Bus.call` (a declared operation) or `Bus.request`
+(a raw or forwarded body): it writes the headers, opens the client
 span, caps the wait at the time the run has left, refuses a message larger than the server
 takes, and turns an `rb-error` reply into a `RemoteError` with the remote code.
 
@@ -34,9 +35,12 @@ from .errors import (
 )
 from .messages import encode
 from .messages.errors import ERROR_DECODER
+from .ops import Op
 from .telemetry import inject, messaging_attributes, record_failure, start_span
 
 T = TypeVar("T")
+Req = TypeVar("Req", bound=msgspec.Struct)
+Rep = TypeVar("Rep", bound=msgspec.Struct)
 NO_RESPONDERS_RETRY: Final = 0.05
 HEARTBEAT_EVERY: Final = 0.5
 """Seconds between heartbeats of work in progress; also how soon work whose caller is gone
@@ -110,6 +114,26 @@ class Bus:
             raise
         finally:
             span.end()
+
+    async def call(
+        self,
+        op: Op[Req, Rep],
+        message: Req,
+        *,
+        ctx: h.RunContext,
+        timeout: float | None = None,
+        progress: bool = False,
+    ) -> Rep:
+        """`request` for one declared operation: its subject, span name and reply type."""
+        return await self.request(
+            op.subject,
+            message,
+            op.decode_reply,
+            ctx=ctx,
+            span_subject=op.span_subject,
+            timeout=timeout,
+            progress=progress,
+        )
 
     def check_size(self, subject: str, data: bytes) -> None:
         """Refuse, with a typed error, a body the server would reject (`max_payload`)."""

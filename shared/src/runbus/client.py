@@ -18,7 +18,7 @@ import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing, asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar, overload
 
 import msgspec
 import nats
@@ -30,7 +30,7 @@ from nats.js.client import JetStreamContext
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
-from . import blobs, subjects
+from . import blobs, ops, subjects
 from . import headers as h
 from .errors import Conflict, DeadlineExceeded, RemoteError, Unauthenticated, Unavailable
 from .messages import (
@@ -42,13 +42,17 @@ from .messages import (
     TextContent,
     encode,
 )
-from .messages.auth import IDENTITY_DECODER, Identity, WhoAmI
+from .messages.auth import Identity, WhoAmI
 from .messages.errors import ERROR_DECODER
-from .messages.runs import RUN_EVENT_DECODER, RUN_INFO_DECODER, RunGet
+from .messages.runs import RUN_EVENT_DECODER, RunGet
+from .ops import Op
 from .telemetry import inject, messaging_attributes
 from .tokens import token_digest
 
 T = TypeVar("T")
+Req = TypeVar("Req", bound=msgspec.Struct)
+Rep = TypeVar("Rep", bound=msgspec.Struct)
+API_PREFIX: Final = subjects.api("")
 PushSubscription = JetStreamContext.PushSubscription
 
 
@@ -102,7 +106,7 @@ class RunbusClient:
         if self._identity is None:
             try:
                 reply = await self.nc.request(
-                    subjects.AUTH_WHOAMI,
+                    ops.AUTH_WHOAMI.subject,
                     encode(WhoAmI()),
                     timeout=10,
                     headers={h.AUTH: f"Bearer {self.token}"},
@@ -114,7 +118,7 @@ class RunbusClient:
             if reply.headers and h.ERROR in reply.headers:
                 info = ERROR_DECODER.decode(reply.data).error
                 raise RemoteError(info.code, info.message, details=info.details)
-            self._identity = IDENTITY_DECODER.decode(reply.data)
+            self._identity = ops.AUTH_WHOAMI.decode_reply.decode(reply.data)
         return self._identity
 
     async def events_subject(self, run_id: str) -> str:
@@ -165,7 +169,7 @@ class RunbusClient:
         its request by a moment, so not-found is asked again for a short while."""
         for wait in DUPLICATE_CHECKS:
             try:
-                await self.call("runs.get", RunGet(run_id=run_id), RUN_INFO_DECODER)
+                await self.call(ops.API_RUNS_GET, RunGet(run_id=run_id))
                 return
             except RemoteError as exc:
                 if exc.remote_code != "not_found":
@@ -330,6 +334,10 @@ class RunbusClient:
                     raise RunFailedError(event)
         raise Unavailable("the event stream ended without a final event")
 
+    @overload
+    async def call(self, op: Op[Req, Rep], message: Req, *, timeout: float = 30.0) -> Rep: ...
+
+    @overload
     async def call(
         self,
         op: str,
@@ -337,23 +345,40 @@ class RunbusClient:
         decoder: msgspec.json.Decoder[T],
         *,
         timeout: float = 30.0,
-    ) -> T:
-        """An authenticated client-API operation (`sessions.list`, `runs.cancel`, …)."""
+    ) -> T: ...
+
+    async def call(
+        self,
+        op: Op[Any, Any] | str,
+        message: msgspec.Struct,
+        decoder: msgspec.json.Decoder[Any] | None = None,
+        *,
+        timeout: float = 30.0,
+    ) -> Any:
+        """An authenticated client-API operation: a declared one (`ops.API_RUNS_CANCEL`, or a
+        service operation the gateway forwards such as `ops.SESSIONS_LIST`), or one named by
+        its API name (`"sessions.list"`) with the reply's decoder."""
+        if isinstance(op, Op):
+            api = op if op.subject.startswith(API_PREFIX) else ops.api_op(op)
+            subject, name, reply_decoder = api.subject, api.name, api.decode_reply
+        else:
+            assert decoder is not None, "a client-API call by name needs the reply's decoder"
+            subject, name, reply_decoder = subjects.api(op), op, decoder
         try:
             reply = await self.nc.request(
-                subjects.api(op),
+                subject,
                 encode(message),
                 timeout=timeout,
                 headers={h.AUTH: f"Bearer {self.token}"},
             )
         except nats.errors.NoRespondersError:
-            raise Unavailable(f"no gateway answers {op!r}: is runbus up?") from None
+            raise Unavailable(f"no gateway answers {name!r}: is runbus up?") from None
         except nats.errors.TimeoutError:
-            raise DeadlineExceeded(f"no reply to {op!r} within {timeout:.0f}s") from None
+            raise DeadlineExceeded(f"no reply to {name!r} within {timeout:.0f}s") from None
         if reply.headers and h.ERROR in reply.headers:
             info = ERROR_DECODER.decode(reply.data).error
             raise RemoteError(info.code, info.message, details=info.details)
-        return decoder.decode(reply.data)
+        return reply_decoder.decode(reply.data)
 
 
 def refused_message(url: str) -> str:

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import msgspec
 import nats.errors
@@ -25,9 +25,13 @@ from .bus import Bus
 from .errors import BadRequest, DeadlineExceeded, InternalError, RunbusError, Unavailable
 from .instance import instance_metadata
 from .messages import ErrorReply, encode
+from .ops import Op, api_op
 from .telemetry import extract, messaging_attributes, start_span
 
 Handler = Callable[[h.RunContext, Any], Awaitable[msgspec.Struct | msgspec.Raw]]
+Req = TypeVar("Req", bound=msgspec.Struct)
+Rep = TypeVar("Rep", bound=msgspec.Struct)
+RAW_DECODER: msgspec.json.Decoder[msgspec.Raw] = msgspec.json.Decoder(msgspec.Raw)
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,44 @@ class Endpoint:
     """Thin handler: (run context, decoded body) → reply Struct."""
     span_subject: str | None = None
     """Template for the span name when `subject` carries a name or an id."""
+    op: Op[Any, Any] | None = None
+    """The operation it serves (every service endpoint has one)."""
+    forwarded: bool = False
+    """Takes the body of `op` unread and forwards it (the gateway's client API)."""
+
+    @classmethod
+    def for_op(
+        cls, op: Op[Req, Rep], handler: Callable[[h.RunContext, Req], Awaitable[Rep]]
+    ) -> "Endpoint":
+        """The endpoint answering `op`: its subject, name, decoder and span name come from it,
+        and the handler's request and reply types must match it."""
+        return cls(op.name, op.subject, op.decode, handler, op.span_subject, op)
+
+    @classmethod
+    def forwarder(
+        cls,
+        op: Op[Any, Any],
+        handler: Callable[[h.RunContext, msgspec.Raw], Awaitable[msgspec.Raw]],
+    ) -> "Endpoint":
+        """The client API endpoint of a service operation: it answers on the operation's API
+        subject and hands the raw body to `handler`, which forwards it to `op`."""
+        api = api_op(op)
+        return cls(api.name, api.subject, RAW_DECODER, handler, api.span_subject, op, True)
+
+
+@dataclass(frozen=True)
+class ServiceOptions:
+    """What every service takes besides its own settings."""
+
+    tracer_provider: TracerProvider | None = None
+    """Where its spans go (else the global provider)."""
+    max_concurrency: int = 256
+    """Requests handled at once by this replica."""
+    request_timeout: float = 30.0
+    """Longest wait of a hop this service makes."""
+
+
+DEFAULT_OPTIONS = ServiceOptions()
 
 
 def as_runbus_error(exc: BaseException) -> RunbusError:
@@ -71,20 +113,14 @@ class Service:
     name: ClassVar[str]
     description: ClassVar[str] = ""
 
-    def __init__(
-        self,
-        nc: NATS,
-        *,
-        tracer_provider: TracerProvider | None = None,
-        max_concurrency: int = 256,
-        request_timeout: float = 30.0,
-    ) -> None:
-        provider = tracer_provider or trace.get_tracer_provider()
+    def __init__(self, nc: NATS, *, options: ServiceOptions = DEFAULT_OPTIONS) -> None:
+        provider = options.tracer_provider or trace.get_tracer_provider()
         self.nc = nc
+        self.options = options
         self.tracer = provider.get_tracer(f"runbus.{self.name}", __version__)
-        self.bus = Bus(nc, self.tracer, request_timeout=request_timeout)
+        self.bus = Bus(nc, self.tracer, request_timeout=options.request_timeout)
         self.log = structlog.get_logger().bind(service=self.name)
-        self._slots = asyncio.Semaphore(max_concurrency)
+        self._slots = asyncio.Semaphore(options.max_concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
         self._micro: MicroService | None = None
 

@@ -15,11 +15,11 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from opentelemetry.sdk.trace import TracerProvider
 
-from runbus import busauth, subjects
+from runbus import busauth, ops, subjects
 from runbus.errors import Unauthenticated
 from runbus.headers import RunContext
-from runbus.messages.auth import WHOAMI_DECODER, Identity, WhoAmI
-from runbus.service import Endpoint, Service
+from runbus.messages.auth import Identity, WhoAmI
+from runbus.service import DEFAULT_OPTIONS, Endpoint, Service, ServiceOptions
 from runbus.settings import Settings, SettingsError
 from runbus.tokens import TokenVerifier, token_digest
 
@@ -59,9 +59,9 @@ class AuthService(Service):
         verifier: TokenVerifier,
         issuer_seed: bytes,
         account: str = busauth.CLIENT_ACCOUNT,
-        tracer_provider: TracerProvider | None = None,
+        options: ServiceOptions = DEFAULT_OPTIONS,
     ) -> None:
-        super().__init__(nc, tracer_provider=tracer_provider)
+        super().__init__(nc, options=options)
         self.verifier = verifier
         self.issuer = nkeys.from_seed(bytearray(issuer_seed))
         self.account = account
@@ -75,11 +75,11 @@ class AuthService(Service):
                 Path(settings.tokens_file) if settings.tokens_file else None
             ),
             issuer_seed=_issuer_seed(settings),
-            tracer_provider=tracer_provider,
+            options=ServiceOptions(tracer_provider=tracer_provider),
         )
 
     def endpoints(self) -> list[Endpoint]:
-        return [Endpoint("whoami", subjects.AUTH_WHOAMI, WHOAMI_DECODER, self.on_whoami)]
+        return [Endpoint.for_op(ops.AUTH_WHOAMI, self.on_whoami)]
 
     async def on_start(self) -> None:
         # The callout body is a JWT, not JSON: a plain queue subscription, not an endpoint.

@@ -12,12 +12,11 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.util.types import AttributeValue
 
-from runbus import subjects
+from runbus import ops
 from runbus.headers import RunContext
 from runbus.messages import CompactRequest, CompactResult, ModelRequest
-from runbus.messages.compaction import COMPACT_REQUEST_DECODER, CompactionReport
-from runbus.messages.model import MODEL_RESPONSE_DECODER
-from runbus.service import Endpoint, Service
+from runbus.messages.compaction import CompactionReport
+from runbus.service import Endpoint, Service, ServiceOptions
 from runbus.settings import Settings
 
 from .strategies import SummaryCall, SummaryReply, compact
@@ -33,14 +32,15 @@ class CompactionService(Service):
 
     @classmethod
     def from_settings(cls, nc: NATS, settings: Settings, tracer_provider: TracerProvider) -> Self:
-        return cls(nc, tracer_provider=tracer_provider, request_timeout=settings.request_timeout)
+        return cls(
+            nc,
+            options=ServiceOptions(
+                tracer_provider=tracer_provider, request_timeout=settings.request_timeout
+            ),
+        )
 
     def endpoints(self) -> list[Endpoint]:
-        return [
-            Endpoint(
-                "compact", subjects.COMPACTION_COMPACT, COMPACT_REQUEST_DECODER, self.on_compact
-            )
-        ]
+        return [Endpoint.for_op(ops.COMPACTION_COMPACT, self.on_compact)]
 
     async def on_compact(self, ctx: RunContext, request: CompactRequest) -> CompactResult:
         async def summarize(call: SummaryCall) -> SummaryReply:
@@ -84,10 +84,9 @@ class CompactionService(Service):
             f"summarize {call.route}",
             attributes={"gen_ai.operation.name": "chat", "gen_ai.request.model": call.route},
         ):
-            reply = await self.bus.request(
-                subjects.MODEL_COMPLETE,
+            reply = await self.bus.call(
+                ops.MODEL_COMPLETE,
                 ModelRequest(route=call.route, messages=call.messages),
-                MODEL_RESPONSE_DECODER,
                 ctx=ctx,
                 timeout=wait or None,
             )

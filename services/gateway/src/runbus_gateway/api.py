@@ -3,22 +3,17 @@ else forwarded to the owning service with the caller's identity as trusted heade
 
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Final
+from typing import Any
 
 import msgspec
 import structlog
 from nats.aio.client import Client as NATS
 
 from runbus import headers as h
-from runbus import subjects
+from runbus import ops, subjects
 from runbus.bus import Bus
 from runbus.errors import NotFound
 from runbus.messages.runs import (
-    AGENT_LIST_DECODER,
-    APPROVAL_DECIDE_DECODER,
-    RUN_CANCEL_DECODER,
-    RUN_GET_DECODER,
-    RUN_LIST_DECODER,
     AgentList,
     AgentListed,
     AgentSummary,
@@ -30,29 +25,12 @@ from runbus.messages.runs import (
     RunList,
     RunListed,
 )
-from runbus.service import Endpoint, Handler
+from runbus.service import RAW_DECODER, Endpoint
 
 from .agents import AgentSpec
 from .approvals import Approvals
 from .auth import Principal, TokenVerifier
 from .runs import RunRecords
-
-FORWARDED_API: Final = (
-    "memory.list",
-    "memory.find",
-    "memory.forget",
-    "memory.stats",
-    "sessions.get",
-    "sessions.list",
-    "sessions.state.update",
-    "sessions.export",
-    "sessions.import",
-    "sessions.delete",
-    "history.load",
-)
-"""Client operations the gateway authenticates and forwards to the owning service as they are."""
-
-RAW_DECODER: Final = msgspec.json.Decoder(msgspec.Raw)
 
 log = structlog.get_logger()
 
@@ -76,17 +54,13 @@ class ClientApi:
         self.approvals = approvals
 
     def endpoints(self) -> list[Endpoint]:
-        def endpoint(op: str, decoder: msgspec.json.Decoder[Any], handler: Handler) -> Endpoint:
-            name = f"api-{op.replace('.', '-')}"
-            return Endpoint(name, subjects.api(op), decoder, handler, subjects.API_TEMPLATE)
-
         return [
-            endpoint("runs.get", RUN_GET_DECODER, self.on_run_get),
-            endpoint("runs.list", RUN_LIST_DECODER, self.on_run_list),
-            endpoint("runs.cancel", RUN_CANCEL_DECODER, self.on_run_cancel),
-            endpoint("approvals.decide", APPROVAL_DECIDE_DECODER, self.on_approval_decide),
-            endpoint("agents.list", AGENT_LIST_DECODER, self.on_agent_list),
-            *(endpoint(op, RAW_DECODER, self._forwarder(op)) for op in FORWARDED_API),
+            Endpoint.for_op(ops.API_RUNS_GET, self.on_run_get),
+            Endpoint.for_op(ops.API_RUNS_LIST, self.on_run_list),
+            Endpoint.for_op(ops.API_RUNS_CANCEL, self.on_run_cancel),
+            Endpoint.for_op(ops.API_APPROVALS_DECIDE, self.on_approval_decide),
+            Endpoint.for_op(ops.API_AGENTS_LIST, self.on_agent_list),
+            *(Endpoint.forwarder(op, self._forwarder(op)) for op in ops.FORWARDED),
         ]
 
     def _principal(self, ctx: h.RunContext) -> Principal:
@@ -99,10 +73,13 @@ class ClientApi:
             deadline=time.time() + self.bus.request_timeout,
         )
 
-    def _forwarder(self, op: str) -> Callable[[h.RunContext, msgspec.Raw], Awaitable[msgspec.Raw]]:
+    def _forwarder(
+        self, op: ops.Op[Any, Any]
+    ) -> Callable[[h.RunContext, msgspec.Raw], Awaitable[msgspec.Raw]]:
+        # The body goes on unread: the owning service decodes it and checks it.
         async def forward(ctx: h.RunContext, body: msgspec.Raw) -> msgspec.Raw:
             trusted = self._trusted(self._principal(ctx))
-            return await self.bus.request(subjects.internal(op), body, RAW_DECODER, ctx=trusted)
+            return await self.bus.request(op.subject, body, RAW_DECODER, ctx=trusted)
 
         return forward
 

@@ -9,7 +9,7 @@ import nats.errors
 from nats.js.api import PubAck
 from opentelemetry.trace import SpanKind
 
-from runbus import subjects
+from runbus import ops, subjects
 from runbus.bus import Bus
 from runbus.errors import RemoteError, Unavailable
 from runbus.headers import MSG_ID, RunContext
@@ -31,13 +31,9 @@ from runbus.messages import (
     ToolSpec,
     encode,
 )
-from runbus.messages.compaction import COMPACT_RESULT_DECODER, CompactResult
-from runbus.messages.history import HISTORY_APPENDED_DECODER, HistoryCompaction
-from runbus.messages.memory import MEMORY_HITS_DECODER, MEMORY_STORED_DECODER
-from runbus.messages.model import MODEL_RESPONSE_DECODER
+from runbus.messages.compaction import CompactResult
+from runbus.messages.history import HistoryCompaction
 from runbus.messages.sessions import (
-    SESSION_INFO_DECODER,
-    SESSION_OPENED_DECODER,
     ConcurrencyPolicy,
     SessionGet,
     SessionOpen,
@@ -46,8 +42,6 @@ from runbus.messages.sessions import (
     SessionStateUpdate,
 )
 from runbus.messages.tools import (
-    TOOL_CATALOG_DECODER,
-    TOOL_INVOKED_DECODER,
     ApprovalGrant,
     ApprovalRequest,
     ToolInvoked,
@@ -74,34 +68,27 @@ class BusPorts:
         self._event_acks: dict[str, list[asyncio.Future[PubAck]]] = defaultdict(list)
 
     async def open_session(self, ctx: RunContext, policy: ConcurrencyPolicy) -> SessionOpened:
-        return await self.bus.request(
-            subjects.SESSIONS_OPEN,
-            SessionOpen(session_id=ctx.session_id, policy=policy),
-            SESSION_OPENED_DECODER,
-            ctx=ctx,
+        return await self.bus.call(
+            ops.SESSIONS_OPEN, SessionOpen(session_id=ctx.session_id, policy=policy), ctx=ctx
         )
 
     async def get_session(self, ctx: RunContext) -> SessionRecord:
-        reply = await self.bus.request(
-            subjects.SESSIONS_GET,
-            SessionGet(session_id=ctx.session_id),
-            SESSION_INFO_DECODER,
-            ctx=ctx,
+        reply = await self.bus.call(
+            ops.SESSIONS_GET, SessionGet(session_id=ctx.session_id), ctx=ctx
         )
         return reply.record
 
     async def update_state(
         self, ctx: RunContext, key: str, value: Any, expected_revision: int
     ) -> SessionRecord:
-        reply = await self.bus.request(
-            subjects.SESSIONS_STATE_UPDATE,
+        reply = await self.bus.call(
+            ops.SESSIONS_STATE_UPDATE,
             SessionStateUpdate(
                 session_id=ctx.session_id,
                 key=key,
                 value=value,
                 expected_revision=expected_revision,
             ),
-            SESSION_INFO_DECODER,
             ctx=ctx,
         )
         return reply.record
@@ -110,8 +97,8 @@ class BusPorts:
         self, ctx: RunContext, query: str, policy: MemoryPolicy
     ) -> list[MemoryHit]:
         scope = policy.search_scope
-        reply = await self.bus.request(
-            subjects.MEMORY_SEARCH,
+        reply = await self.bus.call(
+            ops.MEMORY_SEARCH,
             MemorySearch(
                 query=query[:8192],
                 scope=scope if isinstance(scope, str) else "user",
@@ -119,7 +106,6 @@ class BusPorts:
                 limit=policy.limit,
                 min_score=policy.min_score,
             ),
-            MEMORY_HITS_DECODER,
             ctx=ctx,
         )
         return reply.hits
@@ -130,9 +116,7 @@ class BusPorts:
 
         async def fetch() -> list[ToolSpec]:
             request = ToolList(names=names)
-            reply = await self.bus.request(
-                subjects.TOOLS_LIST, request, TOOL_CATALOG_DECODER, ctx=ctx
-            )
+            reply = await self.bus.call(ops.TOOLS_LIST, request, ctx=ctx)
             return reply.tools
 
         return await self.catalog.get((ctx.agent, ctx.prop("tenant"), tuple(names)), fetch)
@@ -140,15 +124,14 @@ class BusPorts:
     async def compact(
         self, ctx: RunContext, messages: list[ChatMessage], policy: CompactionPolicy
     ) -> CompactResult:
-        return await self.bus.request(
-            subjects.COMPACTION_COMPACT,
+        return await self.bus.call(
+            ops.COMPACTION_COMPACT,
             CompactRequest(
                 messages=messages,
                 max_tokens=policy.max_tokens,
                 strategy=policy.strategy,
                 tokenizer=policy.tokenizer,
             ),
-            COMPACT_RESULT_DECODER,
             ctx=ctx,
         )
 
@@ -175,9 +158,7 @@ class BusPorts:
         )
         # Waits as long as the router reports progress (bounded by the run's deadline); the
         # router retries and fails over itself, and stops the provider when this wait ends.
-        return await self.bus.request(
-            subjects.MODEL_COMPLETE, request, MODEL_RESPONSE_DECODER, ctx=ctx, progress=True
-        )
+        return await self.bus.call(ops.MODEL_COMPLETE, request, ctx=ctx, progress=True)
 
     async def invoke_tool(
         self, ctx: RunContext, call: FunctionCallContent, approval: ApprovalGrant | None = None
@@ -185,17 +166,15 @@ class BusPorts:
         # A tool that is down or refuses the call is something the model can react to, so it
         # becomes an error result rather than a failed run.
         try:
-            return await self.bus.request(
-                subjects.tool_invoke(call.name),
+            return await self.bus.call(
+                ops.TOOL_INVOKE.at(call.name),
                 ToolInvoke(
                     call_id=call.call_id,
                     name=call.name,
                     arguments=call.arguments,
                     approval=approval,
                 ),
-                TOOL_INVOKED_DECODER,
                 ctx=ctx,
-                span_subject=subjects.TOOL_INVOKE_TEMPLATE,
                 progress=True,  # a long tool is bounded by its own timeout, not the hop's
             )
         except (RemoteError, Unavailable) as exc:
@@ -228,8 +207,8 @@ class BusPorts:
         history_length: int | None = None,
         compaction: HistoryCompaction | None = None,
     ) -> None:
-        await self.bus.request(
-            subjects.HISTORY_APPEND,
+        await self.bus.call(
+            ops.HISTORY_APPEND,
             HistoryAppend(
                 session_id=ctx.session_id,
                 messages=messages,
@@ -237,7 +216,6 @@ class BusPorts:
                 history_length=history_length,
                 compaction=compaction,
             ),
-            HISTORY_APPENDED_DECODER,
             ctx=ctx,
         )
 
@@ -260,7 +238,7 @@ class BusPorts:
                 await self.bus.stream_publish(subjects.MEMORY_WRITES, data, headers)
         except nats.errors.NoRespondersError:
             # No write stream (a memory service that never started): store it directly.
-            await self.bus.request(subjects.MEMORY_STORE, message, MEMORY_STORED_DECODER, ctx=ctx)
+            await self.bus.call(ops.MEMORY_STORE, message, ctx=ctx)
 
     async def emit(self, ctx: RunContext, event: RunEvent, *, event_id: str) -> None:
         """Publish a run event into the events stream without waiting for its ack.

@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from runbus import subjects
 from runbus.consumer import DurableConsumer
 from runbus.jetstream import ensure_stream
-from runbus.service import Endpoint, Service
+from runbus.service import DEFAULT_OPTIONS, Endpoint, Service, ServiceOptions
 from runbus.settings import Settings, SettingsError
 
 from .agents import AgentSpec, load_agents
@@ -56,9 +56,9 @@ class GatewayService(Service):
         stop_grace: float = STOP_GRACE,
         tenant_limits: TenantLimits | None = None,
         duplicate_window: float = DUPLICATE_WINDOW,
-        **kwargs: object,
+        options: ServiceOptions = DEFAULT_OPTIONS,
     ) -> None:
-        super().__init__(nc, **kwargs)  # type: ignore[arg-type]
+        super().__init__(nc, options=options)
         self.ack_wait = ack_wait
         """Seconds without a heartbeat after which JetStream gives a run to another replica."""
         self.stop_grace = stop_grace
@@ -98,8 +98,9 @@ class GatewayService(Service):
             run_timeout=settings.run_timeout,
             replicas=settings.stream_replicas,
             tenant_limits=limits,
-            tracer_provider=tracer_provider,
-            request_timeout=settings.request_timeout,
+            options=ServiceOptions(
+                tracer_provider=tracer_provider, request_timeout=settings.request_timeout
+            ),
         )
 
     def endpoints(self) -> list[Endpoint]:

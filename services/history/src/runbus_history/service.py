@@ -10,7 +10,7 @@ import msgspec
 from nats.aio.client import Client as NATS
 from opentelemetry.sdk.trace import TracerProvider
 
-from runbus import subjects
+from runbus import ops, subjects
 from runbus.errors import RunbusError
 from runbus.headers import RunContext
 from runbus.messages import (
@@ -22,19 +22,10 @@ from runbus.messages import (
     is_identifier,
 )
 from runbus.messages.history import (
-    HISTORY_APPEND_DECODER,
-    HISTORY_LOAD_DECODER,
     HistoryCompaction,
 )
-from runbus.messages.memory import MEMORY_FORGOTTEN_DECODER, MemoryForget
+from runbus.messages.memory import MemoryForget
 from runbus.messages.sessions import (
-    SESSION_DELETE_DECODER,
-    SESSION_EXPORT_DECODER,
-    SESSION_GET_DECODER,
-    SESSION_IMPORT_DECODER,
-    SESSION_LIST_DECODER,
-    SESSION_OPEN_DECODER,
-    SESSION_STATE_UPDATE_DECODER,
     SessionDelete,
     SessionDeleted,
     SessionDocument,
@@ -50,7 +41,7 @@ from runbus.messages.sessions import (
     SessionRecord,
     SessionStateUpdate,
 )
-from runbus.service import Endpoint, Service
+from runbus.service import DEFAULT_OPTIONS, Endpoint, Service, ServiceOptions
 from runbus.settings import Settings
 
 from . import core, store
@@ -90,9 +81,9 @@ class HistoryService(Service):
         replicas: int = 1,
         max_age: float = 0.0,
         max_appends_per_session: int = 0,
-        **kwargs: object,
+        options: ServiceOptions = DEFAULT_OPTIONS,
     ) -> None:
-        super().__init__(nc, **kwargs)  # type: ignore[arg-type]
+        super().__init__(nc, options=options)
         self.replicas = replicas
         self.max_age = max_age
         self.max_appends_per_session = max_appends_per_session
@@ -105,26 +96,22 @@ class HistoryService(Service):
             replicas=settings.stream_replicas,
             max_age=settings.history_max_age,
             max_appends_per_session=settings.history_max_appends,
-            tracer_provider=tracer_provider,
-            request_timeout=settings.request_timeout,
+            options=ServiceOptions(
+                tracer_provider=tracer_provider, request_timeout=settings.request_timeout
+            ),
         )
 
     def endpoints(self) -> list[Endpoint]:
         return [
-            Endpoint("append", subjects.HISTORY_APPEND, HISTORY_APPEND_DECODER, self.on_append),
-            Endpoint("load", subjects.HISTORY_LOAD, HISTORY_LOAD_DECODER, self.on_load),
-            Endpoint("open", subjects.SESSIONS_OPEN, SESSION_OPEN_DECODER, self.on_open),
-            Endpoint("get", subjects.SESSIONS_GET, SESSION_GET_DECODER, self.on_get),
-            Endpoint("list", subjects.SESSIONS_LIST, SESSION_LIST_DECODER, self.on_list),
-            Endpoint(
-                "state-update",
-                subjects.SESSIONS_STATE_UPDATE,
-                SESSION_STATE_UPDATE_DECODER,
-                self.on_state_update,
-            ),
-            Endpoint("export", subjects.SESSIONS_EXPORT, SESSION_EXPORT_DECODER, self.on_export),
-            Endpoint("import", subjects.SESSIONS_IMPORT, SESSION_IMPORT_DECODER, self.on_import),
-            Endpoint("delete", subjects.SESSIONS_DELETE, SESSION_DELETE_DECODER, self.on_delete),
+            Endpoint.for_op(ops.HISTORY_APPEND, self.on_append),
+            Endpoint.for_op(ops.HISTORY_LOAD, self.on_load),
+            Endpoint.for_op(ops.SESSIONS_OPEN, self.on_open),
+            Endpoint.for_op(ops.SESSIONS_GET, self.on_get),
+            Endpoint.for_op(ops.SESSIONS_LIST, self.on_list),
+            Endpoint.for_op(ops.SESSIONS_STATE_UPDATE, self.on_state_update),
+            Endpoint.for_op(ops.SESSIONS_EXPORT, self.on_export),
+            Endpoint.for_op(ops.SESSIONS_IMPORT, self.on_import),
+            Endpoint.for_op(ops.SESSIONS_DELETE, self.on_delete),
         ]
 
     async def on_start(self) -> None:
@@ -358,12 +345,7 @@ class HistoryService(Service):
         """Ask memory to forget what the caller stored from the session. The session is gone
         either way; the reply says whether memory confirmed, so a caller can retry that part."""
         try:
-            await self.bus.request(
-                subjects.MEMORY_FORGET,
-                MemoryForget(session_id=session_id),
-                MEMORY_FORGOTTEN_DECODER,
-                ctx=ctx,
-            )
+            await self.bus.call(ops.MEMORY_FORGET, MemoryForget(session_id=session_id), ctx=ctx)
         except RunbusError as exc:
             self.log.warning(
                 "session_memories_not_forgotten", session_id=session_id, reason=str(exc)

@@ -15,18 +15,14 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import Status, StatusCode
 
-from runbus import progress, subjects
+from runbus import ops, progress, subjects
 from runbus.consumer import ConsumerSpec, Delivery, DurableConsumer
 from runbus.errors import BadRequest, InternalError, RunbusError
 from runbus.headers import RunContext
 from runbus.jetstream import ensure_stream
 from runbus.messages import FunctionResultContent, ToolInvoke, ToolInvoked
 from runbus.messages.memory import (
-    MEMORY_FORGET_DECODER,
-    MEMORY_LIST_DECODER,
-    MEMORY_SEARCH_DECODER,
     MEMORY_SEARCH_TOOL,
-    MEMORY_STATS_DECODER,
     MEMORY_STORE_DECODER,
     MemoryForget,
     MemoryForgotten,
@@ -40,8 +36,7 @@ from runbus.messages.memory import (
     MemoryStore,
     MemoryStored,
 )
-from runbus.messages.tools import TOOL_INVOKE_DECODER
-from runbus.service import Endpoint, Service, as_runbus_error
+from runbus.service import DEFAULT_OPTIONS, Endpoint, Service, ServiceOptions, as_runbus_error
 from runbus.settings import Settings
 
 from .core import (
@@ -89,13 +84,13 @@ class MemoryService(Service):
         data_dir: Path | None = None,
         replicas: int = 1,
         write_ack_wait: float = ACK_WAIT,
-        **kwargs: object,
+        options: ServiceOptions = DEFAULT_OPTIONS,
     ) -> None:
         """`embedder` (or `embedder_factory`, awaited at start); `store` wins (tests inject
         one), else a Qdrant server at `qdrant_url`, else the embedded shard in `data_dir`.
         `replicas`: of the writes stream; `write_ack_wait`: seconds before an unacked write
         (its replica died) is delivered again."""
-        super().__init__(nc, **kwargs)  # type: ignore[arg-type]
+        super().__init__(nc, options=options)
         if embedder is None and embedder_factory is None:
             raise TypeError("MemoryService needs an embedder or an embedder_factory")
         self.embedder = embedder
@@ -125,25 +120,20 @@ class MemoryService(Service):
             qdrant_url=settings.qdrant_url,
             data_dir=settings.data_path / "qdrant",
             replicas=settings.stream_replicas,
-            tracer_provider=tracer_provider,
-            request_timeout=settings.request_timeout,
+            options=ServiceOptions(
+                tracer_provider=tracer_provider, request_timeout=settings.request_timeout
+            ),
         )
 
     def endpoints(self) -> list[Endpoint]:
         return [
-            Endpoint("store", subjects.MEMORY_STORE, MEMORY_STORE_DECODER, self.on_store),
-            Endpoint("search", subjects.MEMORY_SEARCH, MEMORY_SEARCH_DECODER, self.on_search),
-            Endpoint("find", subjects.MEMORY_FIND, MEMORY_SEARCH_DECODER, self.on_find),
-            Endpoint("list", subjects.MEMORY_LIST, MEMORY_LIST_DECODER, self.on_list),
-            Endpoint("forget", subjects.MEMORY_FORGET, MEMORY_FORGET_DECODER, self.on_forget),
-            Endpoint("stats", subjects.MEMORY_STATS, MEMORY_STATS_DECODER, self.on_stats),
-            Endpoint(
-                "invoke-memory_search",
-                subjects.tool_invoke(MEMORY_SEARCH_TOOL.name),
-                TOOL_INVOKE_DECODER,
-                self.on_tool_search,
-                span_subject=subjects.TOOL_INVOKE_TEMPLATE,
-            ),
+            Endpoint.for_op(ops.MEMORY_STORE, self.on_store),
+            Endpoint.for_op(ops.MEMORY_SEARCH, self.on_search),
+            Endpoint.for_op(ops.MEMORY_FIND, self.on_find),
+            Endpoint.for_op(ops.MEMORY_LIST, self.on_list),
+            Endpoint.for_op(ops.MEMORY_FORGET, self.on_forget),
+            Endpoint.for_op(ops.MEMORY_STATS, self.on_stats),
+            Endpoint.for_op(ops.TOOL_INVOKE.at(MEMORY_SEARCH_TOOL.name), self.on_tool_search),
         ]
 
     # -- start and stop -------------------------------------------------------------------

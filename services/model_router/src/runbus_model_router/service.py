@@ -15,17 +15,15 @@ from openai import AsyncOpenAI
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.sdk.trace import TracerProvider
 
-from runbus import blobs, subjects
+from runbus import blobs, ops, subjects
 from runbus.bus import heartbeats
 from runbus.headers import RunContext
 from runbus.messages import ModelRequest, ModelResponse, RunTextDelta
 from runbus.messages.model import (
-    MODEL_REQUEST_DECODER,
-    MODEL_USAGE_QUERY_DECODER,
     ModelUsageQuery,
     ModelUsageReport,
 )
-from runbus.service import Endpoint, Service
+from runbus.service import DEFAULT_OPTIONS, Endpoint, Service, ServiceOptions
 from runbus.settings import Settings
 
 from .backends import ModelBackend
@@ -56,11 +54,11 @@ class ModelRouterService(Service):
         middleware: list[ChatMiddleware] | None = None,
         meter_provider: MeterProvider | None = None,
         stream_replicas: int = 1,
-        **kwargs: object,
+        options: ServiceOptions = DEFAULT_OPTIONS,
     ) -> None:
         """`routes` are plug-in routes by name (`RUNBUS_MODEL_BACKENDS`, or test backends);
         `config` adds the routes file's backends, routes, rules and budgets."""
-        super().__init__(nc, **kwargs)  # type: ignore[arg-type]
+        super().__init__(nc, options=options)
         self.config = config or RouterConfig()
         self.clients: dict[str, AsyncOpenAI] = {}
         self.table = build_table(routes, self.config, self._openai_target)
@@ -88,9 +86,10 @@ class ModelRouterService(Service):
             nc,
             load_backends(settings),
             config=config,
-            tracer_provider=tracer_provider,
-            request_timeout=settings.request_timeout,
             stream_replicas=settings.stream_replicas,
+            options=ServiceOptions(
+                tracer_provider=tracer_provider, request_timeout=settings.request_timeout
+            ),
         )
 
     def _openai_target(self, route: str, target: TargetConfig) -> Target:
@@ -117,8 +116,8 @@ class ModelRouterService(Service):
 
     def endpoints(self) -> list[Endpoint]:
         return [
-            Endpoint("complete", subjects.MODEL_COMPLETE, MODEL_REQUEST_DECODER, self.on_complete),
-            Endpoint("usage", subjects.MODEL_USAGE, MODEL_USAGE_QUERY_DECODER, self.on_usage),
+            Endpoint.for_op(ops.MODEL_COMPLETE, self.on_complete),
+            Endpoint.for_op(ops.MODEL_USAGE, self.on_usage),
         ]
 
     async def on_start(self) -> None:

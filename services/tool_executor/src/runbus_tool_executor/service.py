@@ -14,13 +14,12 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from opentelemetry.sdk.trace import TracerProvider
 
-from runbus import subjects
+from runbus import ops, subjects
 from runbus.bus import heartbeats
 from runbus.errors import BadRequest
 from runbus.headers import RunContext
 from runbus.messages import ToolCatalog, ToolInvoke, ToolInvoked, ToolList
-from runbus.messages.tools import TOOL_INVOKE_DECODER, TOOL_LIST_DECODER
-from runbus.service import Endpoint, Service
+from runbus.service import DEFAULT_OPTIONS, Endpoint, Service, ServiceOptions
 from runbus.settings import Settings
 
 from .catalog import REFRESH_EVERY, CatalogStore, entry_for, select
@@ -56,11 +55,11 @@ class ToolExecutorService(Service):
         middleware: Sequence[Middleware] | None = None,
         tool_root: Path | None = None,
         stream_replicas: int = 1,
-        **kwargs: object,
+        options: ServiceOptions = DEFAULT_OPTIONS,
     ) -> None:
         """`middleware` (else the deployment's chain, else the packages' own) runs for every
         call this replica serves."""
-        super().__init__(nc, **kwargs)  # type: ignore[arg-type]
+        super().__init__(nc, options=options)
         deployment = deployment or Deployment()
         tools: dict[str, Tool] = {}
         for registry in registries:
@@ -99,8 +98,9 @@ class ToolExecutorService(Service):
             else None,
             tool_root=root,
             stream_replicas=settings.stream_replicas,
-            tracer_provider=tracer_provider,
-            request_timeout=settings.request_timeout,
+            options=ServiceOptions(
+                tracer_provider=tracer_provider, request_timeout=settings.request_timeout
+            ),
         )
 
     async def on_start(self) -> None:
@@ -124,16 +124,9 @@ class ToolExecutorService(Service):
 
     def endpoints(self) -> list[Endpoint]:
         invoke = [
-            Endpoint(
-                f"invoke-{name}",
-                subjects.tool_invoke(name),
-                TOOL_INVOKE_DECODER,
-                self._invoker(name),
-                span_subject=subjects.TOOL_INVOKE_TEMPLATE,
-            )
-            for name in self.tools
+            Endpoint.for_op(ops.TOOL_INVOKE.at(name), self._invoker(name)) for name in self.tools
         ]
-        return [Endpoint("list", subjects.TOOLS_LIST, TOOL_LIST_DECODER, self.on_list), *invoke]
+        return [Endpoint.for_op(ops.TOOLS_LIST, self.on_list), *invoke]
 
     async def on_list(self, ctx: RunContext, request: ToolList) -> ToolCatalog:
         return ToolCatalog(tools=await select(self.tools, self.catalog, request.names, ctx))

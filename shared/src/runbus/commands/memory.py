@@ -6,12 +6,9 @@ import sys
 
 import msgspec
 
+from .. import ops
 from ..client import RunbusClient
 from ..messages.memory import (
-    MEMORY_FORGOTTEN_DECODER,
-    MEMORY_HITS_DECODER,
-    MEMORY_LISTED_DECODER,
-    MEMORY_STATISTICS_DECODER,
     MemoryForget,
     MemoryHit,
     MemoryList,
@@ -76,9 +73,7 @@ async def handle(settings: Settings, args: argparse.Namespace) -> int:
                     print(describe(hit))
             case "search":
                 found = await client.call(
-                    "memory.find",
-                    MemorySearch(query=args.query, limit=args.limit),
-                    MEMORY_HITS_DECODER,
+                    ops.MEMORY_FIND, MemorySearch(query=args.query, limit=args.limit)
                 )
                 if args.json:
                     _print_json(found.hits)
@@ -86,13 +81,13 @@ async def handle(settings: Settings, args: argparse.Namespace) -> int:
                     print(describe(hit, scored=True))
             case "forget":
                 assert forget is not None
-                forgotten = await client.call("memory.forget", forget, MEMORY_FORGOTTEN_DECODER)
+                forgotten = await client.call(ops.MEMORY_FORGET, forget)
                 if args.json:
                     _print_json(forgotten)
                 else:
                     print(f"forgot {forgotten.forgotten} memories")
             case "stats":
-                stats = await client.call("memory.stats", MemoryStats(), MEMORY_STATISTICS_DECODER)
+                stats = await client.call(ops.MEMORY_STATS, MemoryStats())
                 if args.json:
                     _print_json(stats)
                 else:
@@ -110,9 +105,7 @@ async def _list(client: RunbusClient, session_id: str | None, limit: int) -> lis
     cursor: str | None = None
     while True:
         page = await client.call(
-            "memory.list",
-            MemoryList(session_id=session_id, limit=PAGE, cursor=cursor),
-            MEMORY_LISTED_DECODER,
+            ops.MEMORY_LIST, MemoryList(session_id=session_id, limit=PAGE, cursor=cursor)
         )
         memories.extend(page.memories)
         cursor = page.next_cursor

@@ -8,10 +8,10 @@ from collections.abc import Sequence
 import msgspec
 from opentelemetry import trace
 
-from .. import subjects
+from .. import ops
 from ..bus import Bus
 from ..headers import RunContext
-from ..messages.model import MODEL_USAGE_REPORT_DECODER, ModelUsageQuery, ModelUsageReport
+from ..messages.model import ModelUsageQuery, ModelUsageReport
 from ..settings import Settings
 from ._common import Subparsers, connected
 
@@ -39,9 +39,7 @@ async def handle(settings: Settings, args: argparse.Namespace) -> int:
     query = ModelUsageQuery(day=args.day or "", tenant=args.tenant)
     async with connected(settings, operator=True) as nc:
         bus = Bus(nc, trace.get_tracer("runbus.cli"), request_timeout=args.timeout)
-        report = await bus.request(
-            subjects.MODEL_USAGE, query, MODEL_USAGE_REPORT_DECODER, ctx=RunContext()
-        )
+        report = await bus.call(ops.MODEL_USAGE, query, ctx=RunContext())
     print(msgspec.json.encode(report).decode() if args.json else render(report))
     return 0
 
