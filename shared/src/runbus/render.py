@@ -4,7 +4,7 @@ waiting on."""
 import asyncio
 import json
 import time
-from typing import TextIO
+from typing import TextIO, assert_never
 
 import msgspec
 
@@ -68,6 +68,8 @@ class EventPrinter:
                 self._mid_line = False
             case RunFailed(error=error):
                 self._line(f"  run failed [{error.code}]: {error.message}")
+            case _:
+                assert_never(event)
         self.out.flush()
 
     def _line(self, text: str) -> None:

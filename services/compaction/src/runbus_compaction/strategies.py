@@ -8,7 +8,7 @@ function, so this module is tested with a plain async function and served over t
 import hashlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, assert_never
 
 import msgspec
 import structlog
@@ -216,6 +216,8 @@ class _Run:
                 | TruncationCompaction()
             ):
                 await self.step(strategy, path)
+            case _:
+                assert_never(strategy)
 
     async def step(self, spec: Step, path: str) -> None:
         index = self.index
@@ -239,6 +241,8 @@ class _Run:
                     compacted = truncate(index, spec.minimum_preserved, reached)
                 case SummarizationCompaction():
                     compacted, error = await self.summarise(spec, reached)
+                case _:
+                    assert_never(spec)
         self.steps.append(
             CompactionStep(
                 strategy=tag(spec),

@@ -8,7 +8,7 @@ through the counter; raw data is always bytes / 4.
 
 import math
 from functools import cache
-from typing import Final, Protocol
+from typing import Final, Protocol, assert_never
 
 import msgspec
 
@@ -102,6 +102,8 @@ def _readable(part: ContentPart) -> str | None:
             return ""
         case DataContent():
             return None
+        case _:
+            assert_never(part)
 
 
 def measure_content(part: ContentPart, counter: TokenCounter = BYTES) -> tuple[int, int]:

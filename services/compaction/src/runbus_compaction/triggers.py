@@ -1,5 +1,7 @@
 """Triggers and targets evaluated on the metrics of the groups a compaction still includes."""
 
+from typing import assert_never
+
 from runbus.messages.compaction import (
     AllOf,
     Always,
@@ -39,3 +41,5 @@ def holds(condition: Trigger, index: MessageIndex) -> bool:
             return all(holds(c, index) for c in conditions)
         case AnyOf(of=conditions):
             return any(holds(c, index) for c in conditions)
+        case _:
+            assert_never(condition)
