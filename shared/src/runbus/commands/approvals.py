@@ -2,8 +2,9 @@
 
 import argparse
 
+from .. import ops
 from ..client import RunbusClient
-from ..messages.runs import APPROVAL_DECIDED_DECODER, ApprovalDecide
+from ..messages.runs import ApprovalDecide
 from ..settings import Settings
 from ._common import Subparsers, connected
 
@@ -21,11 +22,10 @@ async def handle(settings: Settings, args: argparse.Namespace) -> int:
     async with connected(settings) as nc:
         client = RunbusClient(nc, token=settings.token)
         decided = await client.call(
-            "approvals.decide",
+            ops.API_APPROVALS_DECIDE,
             ApprovalDecide(
                 run_id=args.run_id, call_id=args.call_id, decision=args.decision, note=args.note
             ),
-            APPROVAL_DECIDED_DECODER,
         )
     print(f"{decided.run_id} {decided.call_id}: {decided.decision}")
     return 0

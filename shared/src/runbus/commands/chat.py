@@ -15,15 +15,13 @@ from typing import Final, Literal, TextIO
 
 import msgspec
 
-from .. import modes, todos
+from .. import modes, ops, todos
 from ..client import RunbusClient, new_run_id
 from ..errors import RemoteError, RunbusError, Unavailable
 from ..messages import HistoryLoad, RunApprovalRequested, is_identifier
-from ..messages.history import HISTORY_LOADED_DECODER
-from ..messages.memory import MEMORY_LISTED_DECODER, MemoryList
-from ..messages.runs import APPROVAL_DECIDED_DECODER, ApprovalDecide
+from ..messages.memory import MemoryList
+from ..messages.runs import ApprovalDecide
 from ..messages.sessions import (
-    SESSION_INFO_DECODER,
     SessionGet,
     SessionRecord,
     SessionStateUpdate,
@@ -154,9 +152,7 @@ class ChatConsole:
 
     async def _record(self) -> SessionRecord | None:
         try:
-            info = await self.client.call(
-                "sessions.get", SessionGet(session_id=self.session_id), SESSION_INFO_DECODER
-            )
+            info = await self.client.call(ops.SESSIONS_GET, SessionGet(session_id=self.session_id))
         except RemoteError as exc:
             if exc.remote_code == "not_found":
                 return None
@@ -164,9 +160,7 @@ class ChatConsole:
         return info.record
 
     async def history(self, args: list[str]) -> None:
-        loaded = await self.client.call(
-            "history.load", HistoryLoad(session_id=self.session_id), HISTORY_LOADED_DECODER
-        )
+        loaded = await self.client.call(ops.HISTORY_LOAD, HistoryLoad(session_id=self.session_id))
         for message in loaded.messages:
             self.say(transcript_line(message))
         if not loaded.messages:
@@ -204,14 +198,13 @@ class ChatConsole:
                 return
             try:
                 await self.client.call(
-                    "sessions.state.update",
+                    ops.SESSIONS_STATE_UPDATE,
                     SessionStateUpdate(
                         session_id=self.session_id,
                         key=modes.STATE_KEY,
                         value=modes.dump(changed),
                         expected_revision=record.revision,
                     ),
-                    SESSION_INFO_DECODER,
                 )
             except RemoteError as exc:
                 if exc.remote_code == "conflict":
@@ -223,9 +216,7 @@ class ChatConsole:
 
     async def memory(self, args: list[str]) -> None:
         try:
-            listed = await self.client.call(
-                "memory.list", MemoryList(limit=20), MEMORY_LISTED_DECODER
-            )
+            listed = await self.client.call(ops.MEMORY_LIST, MemoryList(limit=20))
         except Unavailable:
             self.say("not available: this gateway does not offer memory.list")
             return
@@ -269,11 +260,10 @@ class ChatConsole:
             self.say("nothing waits for a decision")
             return
         decided = await self.client.call(
-            "approvals.decide",
+            ops.API_APPROVALS_DECIDE,
             ApprovalDecide(
                 run_id=waiting.run_id, call_id=waiting.call_id, decision=decision, note=note
             ),
-            APPROVAL_DECIDED_DECODER,
         )
         self.waiting = None
         self.say(f"  {waiting.tool}: {decided.decision}")
@@ -335,9 +325,7 @@ async def handle_chat(settings: Settings, args: argparse.Namespace) -> int:
 async def handle_todos(settings: Settings, args: argparse.Namespace) -> int:
     async with connected(settings) as nc:
         client = RunbusClient(nc, token=settings.token)
-        info = await client.call(
-            "sessions.get", SessionGet(session_id=args.session), SESSION_INFO_DECODER
-        )
+        info = await client.call(ops.SESSIONS_GET, SessionGet(session_id=args.session))
     state = todos.load(info.record.state.get(todos.STATE_KEY))
     if args.json:
         sys.stdout.write(msgspec.json.encode(todos.dump(state)).decode() + "\n")

@@ -5,10 +5,9 @@ import sys
 
 import msgspec
 
+from .. import ops
 from ..client import RunbusClient
 from ..messages.runs import (
-    RUN_INFO_DECODER,
-    RUN_LISTED_DECODER,
     RunCancel,
     RunGet,
     RunList,
@@ -56,21 +55,17 @@ async def handle(settings: Settings, args: argparse.Namespace) -> int:
         match args.action:
             case "list":
                 listed = await client.call(
-                    "runs.list",
-                    RunList(session_id=args.session, limit=args.limit),
-                    RUN_LISTED_DECODER,
+                    ops.API_RUNS_LIST, RunList(session_id=args.session, limit=args.limit)
                 )
                 if args.json:
                     sys.stdout.write(msgspec.json.encode(listed.records).decode() + "\n")
                 for record in [] if args.json else listed.records:
                     print(_describe(record))
             case "show" | "cancel":
-                op, message = (
-                    ("runs.get", RunGet(run_id=args.run_id))
-                    if args.action == "show"
-                    else ("runs.cancel", RunCancel(run_id=args.run_id))
-                )
-                info = await client.call(op, message, RUN_INFO_DECODER)
+                if args.action == "show":
+                    info = await client.call(ops.API_RUNS_GET, RunGet(run_id=args.run_id))
+                else:
+                    info = await client.call(ops.API_RUNS_CANCEL, RunCancel(run_id=args.run_id))
                 if args.json:
                     sys.stdout.write(msgspec.json.encode(info.record).decode() + "\n")
                 else:

@@ -8,14 +8,10 @@ from pathlib import Path
 
 import msgspec
 
+from .. import ops
 from ..client import RunbusClient
 from ..messages import ChatMessage, FunctionCallContent, FunctionResultContent, HistoryLoad
-from ..messages.history import HISTORY_LOADED_DECODER
 from ..messages.sessions import (
-    SESSION_DELETED_DECODER,
-    SESSION_EXPORTED_DECODER,
-    SESSION_INFO_DECODER,
-    SESSION_LISTED_DECODER,
     SessionDelete,
     SessionDocument,
     SessionExport,
@@ -72,17 +68,13 @@ async def handle_sessions(settings: Settings, args: argparse.Namespace) -> int:
         client = RunbusClient(nc, token=settings.token)
         match args.action:
             case "list":
-                listed = await client.call(
-                    "sessions.list", SessionList(limit=args.limit), SESSION_LISTED_DECODER
-                )
+                listed = await client.call(ops.SESSIONS_LIST, SessionList(limit=args.limit))
                 if args.json:
                     _print_json(listed.records)
                 for record in [] if args.json else listed.records:
                     print(_describe(record))
             case "show":
-                info = await client.call(
-                    "sessions.get", SessionGet(session_id=args.session), SESSION_INFO_DECODER
-                )
+                info = await client.call(ops.SESSIONS_GET, SessionGet(session_id=args.session))
                 if args.json:
                     _print_json(info.record)
                 else:
@@ -90,24 +82,18 @@ async def handle_sessions(settings: Settings, args: argparse.Namespace) -> int:
                     print(json.dumps(info.record.state, indent=2, ensure_ascii=False))
             case "export":
                 exported = await client.call(
-                    "sessions.export",
-                    SessionExport(session_id=args.session),
-                    SESSION_EXPORTED_DECODER,
+                    ops.SESSIONS_EXPORT, SessionExport(session_id=args.session)
                 )
                 _print_json(exported.document)
             case "import":
                 raw = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
                 info = await client.call(
-                    "sessions.import",
-                    SessionImport(document=_DOCUMENT.decode(raw)),
-                    SESSION_INFO_DECODER,
+                    ops.SESSIONS_IMPORT, SessionImport(document=_DOCUMENT.decode(raw))
                 )
                 _print_json(info.record) if args.json else print(_describe(info.record))
             case "delete":
                 deleted = await client.call(
-                    "sessions.delete",
-                    SessionDelete(session_id=args.session),
-                    SESSION_DELETED_DECODER,
+                    ops.SESSIONS_DELETE, SessionDelete(session_id=args.session)
                 )
                 _print_json(deleted) if args.json else print(f"deleted {deleted.session_id}")
     return 0
@@ -133,9 +119,7 @@ async def handle_history(settings: Settings, args: argparse.Namespace) -> int:
     async with connected(settings) as nc:
         client = RunbusClient(nc, token=settings.token)
         loaded = await client.call(
-            "history.load",
-            HistoryLoad(session_id=args.session, last_turns=args.last_turns),
-            HISTORY_LOADED_DECODER,
+            ops.HISTORY_LOAD, HistoryLoad(session_id=args.session, last_turns=args.last_turns)
         )
     if args.json:
         _print_json(loaded.messages)
