@@ -19,7 +19,7 @@ import structlog
 from ag_ui import core as ag
 from aiohttp import web
 
-from runbus import todos
+from runbus import ops, todos
 from runbus.client import RunbusClient, SequencedEvent
 from runbus.errors import BadRequest, NotFound, RemoteError
 from runbus.messages import (
@@ -35,8 +35,8 @@ from runbus.messages import (
     RunToolResult,
     TextContent,
 )
-from runbus.messages.runs import RUN_INFO_DECODER, RunGet
-from runbus.messages.sessions import SESSION_INFO_DECODER, SessionGet
+from runbus.messages.runs import RunGet
+from runbus.messages.sessions import SessionGet
 
 from . import sse
 from .context import (
@@ -165,7 +165,7 @@ async def on_watch_run(request: web.Request) -> web.StreamResponse:
     ingress = ingress_of(request)
     run_id = identifier(request, "run_id")
     async with ingress.client(request) as client:
-        info = await client.call("runs.get", RunGet(run_id=run_id), RUN_INFO_DECODER)
+        info = await client.call(ops.API_RUNS_GET, RunGet(run_id=run_id))
         translator = Translator(info.record.session_id, run_id)
         return await _agui_stream(request, client, translator, after=0)
 
@@ -232,9 +232,7 @@ async def _chain(
 
 async def _todos(client: RunbusClient, session_id: str) -> list[dict[str, Any]]:
     try:
-        info = await client.call(
-            "sessions.get", SessionGet(session_id=session_id), SESSION_INFO_DECODER
-        )
+        info = await client.call(ops.SESSIONS_GET, SessionGet(session_id=session_id))
     except RemoteError as exc:
         if exc.remote_code != NotFound.code:
             raise

@@ -18,6 +18,7 @@ import msgspec
 import structlog
 from aiohttp import web
 
+from runbus import ops
 from runbus.client import SequencedEvent
 from runbus.errors import BadRequest, RunbusError, Unavailable
 from runbus.messages import (
@@ -32,7 +33,7 @@ from runbus.messages import (
     RunToolResult,
     TextContent,
 )
-from runbus.messages.runs import AGENT_LISTED_DECODER, AgentList
+from runbus.messages.runs import AgentList
 
 from . import openai_wire as oa
 from . import sse
@@ -184,7 +185,7 @@ async def on_chat_completions(request: web.Request) -> web.StreamResponse:
 
 async def on_list_models(request: web.Request) -> web.Response:
     async with ingress_of(request).client(request) as client:
-        listed = await client.call("agents.list", AgentList(), AGENT_LISTED_DECODER)
+        listed = await client.call(ops.API_AGENTS_LIST, AgentList())
     models = [oa.Model(id=a.name, description=a.description) for a in listed.agents]
     return json_response(oa.ModelList(data=models))
 

@@ -3,19 +3,15 @@ operations the CLI makes, each answered for the caller alone (another user's ids
 
 from aiohttp import web
 
+from runbus import ops
 from runbus.errors import NotFound
 from runbus.messages import HistoryLoad, encode
-from runbus.messages.history import HISTORY_LOADED_DECODER
 from runbus.messages.memory import (
-    MEMORY_FORGOTTEN_DECODER,
-    MEMORY_LISTED_DECODER,
     MemoryForget,
     MemoryList,
 )
-from runbus.messages.runs import AGENT_LISTED_DECODER, AgentList
+from runbus.messages.runs import AgentList
 from runbus.messages.sessions import (
-    SESSION_INFO_DECODER,
-    SESSION_LISTED_DECODER,
     SessionGet,
     SessionList,
 )
@@ -25,25 +21,21 @@ from .context import checked_identifier, identifier, ingress_of, int_query, json
 
 async def on_list_agents(request: web.Request) -> web.Response:
     async with ingress_of(request).client(request) as client:
-        listed = await client.call("agents.list", AgentList(), AGENT_LISTED_DECODER)
+        listed = await client.call(ops.API_AGENTS_LIST, AgentList())
     return json_response(encode(listed))
 
 
 async def on_list_sessions(request: web.Request) -> web.Response:
     limit = int_query(request, "limit", 100, low=1, high=1000)
     async with ingress_of(request).client(request) as client:
-        listed = await client.call(
-            "sessions.list", SessionList(limit=limit), SESSION_LISTED_DECODER
-        )
+        listed = await client.call(ops.SESSIONS_LIST, SessionList(limit=limit))
     return json_response(encode(listed))
 
 
 async def on_get_session(request: web.Request) -> web.Response:
     session_id = identifier(request, "session_id")
     async with ingress_of(request).client(request) as client:
-        info = await client.call(
-            "sessions.get", SessionGet(session_id=session_id), SESSION_INFO_DECODER
-        )
+        info = await client.call(ops.SESSIONS_GET, SessionGet(session_id=session_id))
     return json_response(encode(info.record))
 
 
@@ -52,10 +44,8 @@ async def on_session_messages(request: web.Request) -> web.Response:
     read first: another user's session is `not_found`, not an empty transcript."""
     session_id = identifier(request, "session_id")
     async with ingress_of(request).client(request) as client:
-        await client.call("sessions.get", SessionGet(session_id=session_id), SESSION_INFO_DECODER)
-        loaded = await client.call(
-            "history.load", HistoryLoad(session_id=session_id), HISTORY_LOADED_DECODER
-        )
+        await client.call(ops.SESSIONS_GET, SessionGet(session_id=session_id))
+        loaded = await client.call(ops.HISTORY_LOAD, HistoryLoad(session_id=session_id))
     return json_response(encode(loaded))
 
 
@@ -69,16 +59,14 @@ async def on_list_memories(request: web.Request) -> web.Response:
         checked_identifier(cursor, "cursor")
     query = MemoryList(session_id=session_id, limit=limit, cursor=cursor)
     async with ingress_of(request).client(request) as client:
-        listed = await client.call("memory.list", query, MEMORY_LISTED_DECODER)
+        listed = await client.call(ops.MEMORY_LIST, query)
     return json_response(encode(listed))
 
 
 async def on_forget_memory(request: web.Request) -> web.Response:
     memory_id = identifier(request, "memory_id")
     async with ingress_of(request).client(request) as client:
-        forgotten = await client.call(
-            "memory.forget", MemoryForget(memory_ids=[memory_id]), MEMORY_FORGOTTEN_DECODER
-        )
+        forgotten = await client.call(ops.MEMORY_FORGET, MemoryForget(memory_ids=[memory_id]))
     if not forgotten.forgotten:
         # The memory service forgets nothing of another user's: the same answer as no memory.
         raise NotFound(f"no memory {memory_id!r}")

@@ -9,10 +9,11 @@ from typing import Annotated, Any, Literal
 import msgspec
 from aiohttp import web
 
+from runbus import ops
 from runbus.client import RunFailedError
 from runbus.errors import BadRequest
 from runbus.messages import ChatMessage, Content, TextContent
-from runbus.messages.runs import RUN_INFO_DECODER, RunGet
+from runbus.messages.runs import RunGet
 
 from .context import (
     RUN_ID_HEADER,
@@ -82,7 +83,7 @@ async def on_create_response(request: web.Request) -> web.Response:
         if body.previous_response_id is not None:
             previous = body.previous_response_id.removeprefix(RESPONSE_PREFIX)
             checked_identifier(previous, "previous_response_id")
-            info = await client.call("runs.get", RunGet(run_id=previous), RUN_INFO_DECODER)
+            info = await client.call(ops.API_RUNS_GET, RunGet(run_id=previous))
             session_id = info.record.session_id
         session_id = checked_identifier(session_id or f"s-{uuid.uuid4().hex[:16]}", "session id")
         run_id = f"r-{uuid.uuid4().hex[:16]}"

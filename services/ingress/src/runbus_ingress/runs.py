@@ -13,13 +13,11 @@ import msgspec
 import structlog
 from aiohttp import hdrs, web
 
+from runbus import ops
 from runbus.client import SequencedEvent, new_run_id
 from runbus.errors import BadRequest, Unavailable
 from runbus.messages import RunCompleted, RunFailed, encode
 from runbus.messages.runs import (
-    APPROVAL_DECIDED_DECODER,
-    RUN_INFO_DECODER,
-    RUN_LISTED_DECODER,
     ApprovalDecide,
     RunCancel,
     RunGet,
@@ -110,23 +108,21 @@ async def on_list_runs(request: web.Request) -> web.Response:
         session_id = checked_identifier(session_id, "session_id")
     limit = int_query(request, "limit", 50, low=1, high=1000)
     async with ingress_of(request).client(request) as client:
-        listed = await client.call(
-            "runs.list", RunList(session_id=session_id, limit=limit), RUN_LISTED_DECODER
-        )
+        listed = await client.call(ops.API_RUNS_LIST, RunList(session_id=session_id, limit=limit))
     return json_response(encode(listed))
 
 
 async def on_get_run(request: web.Request) -> web.Response:
     run_id = identifier(request, "run_id")
     async with ingress_of(request).client(request) as client:
-        info = await client.call("runs.get", RunGet(run_id=run_id), RUN_INFO_DECODER)
+        info = await client.call(ops.API_RUNS_GET, RunGet(run_id=run_id))
     return json_response(encode(info.record))
 
 
 async def on_cancel_run(request: web.Request) -> web.Response:
     run_id = identifier(request, "run_id")
     async with ingress_of(request).client(request) as client:
-        info = await client.call("runs.cancel", RunCancel(run_id=run_id), RUN_INFO_DECODER)
+        info = await client.call(ops.API_RUNS_CANCEL, RunCancel(run_id=run_id))
     # 202: the cancel is on its way to the run; the record shows the status before it.
     return json_response(encode(info.record), status=200 if info.record.status in ENDED else 202)
 
@@ -139,7 +135,7 @@ async def on_decide(request: web.Request) -> web.Response:
         run_id=run_id, call_id=call_id, decision=decision.decision, note=decision.note
     )
     async with ingress_of(request).client(request) as client:
-        decided = await client.call("approvals.decide", decide, APPROVAL_DECIDED_DECODER)
+        decided = await client.call(ops.API_APPROVALS_DECIDE, decide)
     return json_response(encode(decided))
 
 
@@ -150,7 +146,7 @@ async def on_run_events(request: web.Request) -> web.StreamResponse:
     async with ingress.client(request) as client:
         # Over HTTP only the run's owner may read its events (not_found otherwise, as the API
         # answers), whatever the bus itself allows.
-        info = await client.call("runs.get", RunGet(run_id=run_id), RUN_INFO_DECODER)
+        info = await client.call(ops.API_RUNS_GET, RunGet(run_id=run_id))
         ended = info.record.status in ENDED
         timeout = REPLAY_TIMEOUT if ended else ingress.idle_timeout
         headers = {RUN_ID_HEADER: run_id}
