@@ -6,6 +6,7 @@ import base64
 import json
 import typing
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -17,7 +18,7 @@ from nats.js import JetStreamContext
 
 from runbus import headers as h
 from runbus import subjects
-from runbus.service import Endpoint
+from runbus.service import Endpoint, Service
 from tests.stack import Stack
 
 Json = Any
@@ -286,13 +287,14 @@ def _reply_type(endpoint: Endpoint) -> type:
     return hint
 
 
-def targets(stack: Stack) -> list[Target]:
-    """Every request/reply endpoint of every service in `stack`, read from the services.
+def targets(stack: Stack, extra: Sequence[Service] = ()) -> list[Target]:
+    """Every request/reply endpoint of every service in `stack` (and of `extra` services that
+    run beside it), read from the services.
 
     A gateway API endpoint that forwards raw bytes takes the body and reply types of the
     service endpoint it forwards to.
     """
-    endpoints = [e for s in stack.services.values() for e in s.endpoints()]
+    endpoints = [e for s in (*stack.services.values(), *extra) for e in s.endpoints()]
     by_subject = {e.subject: e for e in endpoints}
     found = []
     for endpoint in endpoints:

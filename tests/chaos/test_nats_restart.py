@@ -7,9 +7,21 @@ import socket
 import time
 from pathlib import Path
 
+from runbus import busauth
+from runbus.client import connect
 from runbus.embedded import EmbeddedNats
 from tests.chaos.conftest import ChaosReport, chaos_size
-from tests.chaos.processes import Load, chaos_stack, count, disrupt_at, kill_points, settled, where
+from tests.chaos.processes import (
+    TOKEN,
+    USER,
+    Load,
+    chaos_stack,
+    count,
+    disrupt_at,
+    kill_points,
+    settled,
+    where,
+)
 from tests.helpers import take_time
 
 RUNS = chaos_size(8, 100)
@@ -33,11 +45,21 @@ def _free_port() -> int:
 async def test_nats_restart_mid_load_services_reconnect_and_every_run_completes_once(
     tmp_path: Path, chaos_report: ChaosReport
 ) -> None:
-    # A fixed port, so the restarted server is where every client reconnects.
-    server = EmbeddedNats(tmp_path / "jetstream", port=_free_port(), log_file=tmp_path / "nats.log")
+    # The same secured bus as `runbus up` (secrets in the stack's data dir, where its processes
+    # find their credentials), on a fixed port so the restarted server is where every client
+    # reconnects.
+    data = tmp_path / "stack"
+    data.mkdir()
+    config = busauth.write_server_config(data, busauth.StackSecrets.load_or_create(data))
+    server = EmbeddedNats(
+        tmp_path / "jetstream",
+        port=_free_port(),
+        log_file=tmp_path / "nats.log",
+        config_file=config,
+    )
     url = server.start()
     try:
-        async with chaos_stack(tmp_path / "stack", replicas={}, nats_url=url) as chaos:
+        async with chaos_stack(data, replicas={}, nats_url=url) as chaos:
             load = Load(chaos, prefix="nats", runs=RUNS, in_flight=IN_FLIGHT)
             points = kill_points(RUNS, RESTARTS)
             outages: list[float] = []
@@ -54,9 +76,14 @@ async def test_nats_restart_mid_load_services_reconnect_and_every_run_completes_
             await load.run(timeout=LOAD_TIMEOUT)
             in_flight = await restarts
             counts = await count(chaos, load.run_ids, unsettled=await settled(chaos, SETTLE))
-            # Every service is back: each answers discovery on the restarted server.
+            # Every service is back: each answers discovery on the restarted server; the auth
+            # service (in an account of its own, out of discovery) admits a new client.
             for service in chaos.stack.services:
-                await chaos.nc.request(f"$SRV.PING.{service}", b"", timeout=5)
+                if service == "auth":
+                    async with connect(url, token=TOKEN) as client:
+                        assert (await client.identity()).user_id == USER
+                else:
+                    await chaos.nc.request(f"$SRV.PING.{service}", b"", timeout=5)
     finally:
         server.stop()
 
