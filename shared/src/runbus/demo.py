@@ -7,9 +7,10 @@ import uuid
 from pathlib import Path
 from typing import Literal, TextIO
 
+from . import ops
 from .client import RunbusClient, open_connection
 from .local_model import MODEL_NAME, LocalModelServer
-from .messages.runs import APPROVAL_DECIDED_DECODER, ApprovalDecide, RunApprovalRequested
+from .messages.runs import ApprovalDecide, RunApprovalRequested
 from .render import EventPrinter
 from .settings import Settings
 from .supervisor import ProcessStack
@@ -99,7 +100,7 @@ async def _converse(
                             decision="denied",
                             note="denied by the demo",
                         )
-                        await client.call("approvals.decide", decision, APPROVAL_DECIDED_DECODER)
+                        await client.call(ops.API_APPROVALS_DECIDE, decision)
                 out.write("\n")
         finally:
             await nc.drain()
