@@ -208,6 +208,7 @@ class RecordingPorts:
             model="scripted/travel",
             finish_reason="tool_calls" if reply.function_calls else "stop",
             usage=Usage(input_tokens=100, output_tokens=10),
+            cost=0.25,
         )
 
     async def invoke_tool(
@@ -621,7 +622,7 @@ async def test_nothing_is_remembered_when_the_policy_is_off() -> None:
     assert "store_memory" not in ports.hops
 
 
-async def test_the_completed_run_has_the_last_text_every_new_message_and_summed_usage() -> None:
+async def test_the_completed_run_has_the_last_text_every_new_message_usage_and_cost() -> None:
     ports = RecordingPorts([weather(), weather("Perth"), said("Sunny in both.")])
 
     completed = await run(ports)
@@ -635,7 +636,7 @@ async def test_the_completed_run_has_the_last_text_every_new_message_and_summed_
         "tool",
         "assistant",
     ]
-    assert completed.usage == Usage(input_tokens=300, output_tokens=30)
+    assert completed.usage == Usage(input_tokens=300, output_tokens=30, cost=0.75)
 
 
 async def test_everything_is_saved_by_the_time_the_run_completes() -> None:

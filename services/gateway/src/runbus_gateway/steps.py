@@ -126,7 +126,7 @@ async def _loop(turn: Turn) -> Usage:
             reply = await ports.complete(
                 ctx, agent.model, view, turn.tools, reply_id, agent.model_settings
             )
-            usage += reply.usage
+            usage += reply.usage + Usage(cost=reply.cost)
             message = msgspec.structs.replace(reply.message, message_id=reply_id, source="external")
             calls = message.function_calls
             if len(calls) > agent.max_tool_calls:

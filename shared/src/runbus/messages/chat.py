@@ -19,11 +19,14 @@ class Usage(Record, frozen=True):
     """Tokens the model read."""
     output_tokens: int = 0
     """Tokens the model wrote."""
+    cost: float = 0.0
+    """Price of those tokens in the model router's configured currency (0 without prices)."""
 
     def __add__(self, other: "Usage") -> "Usage":
         return Usage(
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,
+            cost=self.cost + other.cost,
         )
 
 

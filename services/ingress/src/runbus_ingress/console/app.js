@@ -180,7 +180,8 @@ async function runPage(runId) {
       case "run.completed":
         badge.replaceChildren(status("completed"));
         if (!answer.textContent) answer.textContent = event.text;
-        usage.textContent = `${event.usage.input_tokens} tokens in · ${event.usage.output_tokens} tokens out`;
+        usage.textContent = `${event.usage.input_tokens} tokens in · ${event.usage.output_tokens} tokens out` +
+          (event.usage.cost ? ` · cost ${event.usage.cost.toFixed(4)}` : "");
         refreshTodos().catch(() => {});
         break;
       case "run.failed":
