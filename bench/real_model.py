@@ -26,7 +26,7 @@ from tests.stack import start_stack
 from bench.processes import OPEN_BUS_ALICE
 from runbus.client import RunbusClient
 from runbus.embedded import EmbeddedNats
-from runbus.local_model import MODEL_NAME, LocalModelServer
+from runbus.local_model import MODEL_NAME, LocalModelServer, router_toml
 from runbus.logs import configure_logging
 from runbus.messages import ModelSettings, RunTextDelta
 from runbus.messages.runs import RUN_INFO_DECODER, RunCancel
@@ -38,18 +38,6 @@ TOKENS = 32
 ROUNDS = 6
 CANCELS = 3
 SETTINGS = ModelSettings(max_output_tokens=TOKENS, temperature=0, seed=7)
-
-
-def routes(base_url: str) -> str:
-    return f"""
-[backends.llama]
-base_url = "{base_url}"
-max_tokens_param = "max_tokens"
-[routes.local]
-[[routes.local.targets]]
-backend = "llama"
-model = "{MODEL_NAME}"
-"""
 
 
 def latencies(sent: float, arrivals: list[float]) -> tuple[float, float, float]:
@@ -144,7 +132,7 @@ async def run_benchmark() -> dict[str, Any]:
                 nats_server.url,
                 data_dir=Path(tmp) / "data",
                 agents=agents,
-                router_config=parse_config(routes(server.base_url)),
+                router_config=parse_config(router_toml(server.base_url)),
             ),
             httpx.AsyncClient(timeout=60) as http,
         ):

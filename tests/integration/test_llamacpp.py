@@ -19,7 +19,7 @@ from runbus import subjects
 from runbus.bus import Bus
 from runbus.client import RunbusClient
 from runbus.headers import RunContext
-from runbus.local_model import MODEL_NAME, LocalModelServer
+from runbus.local_model import MODEL_NAME, LocalModelServer, router_toml
 from runbus.messages import (
     ModelRequest,
     ModelSettings,
@@ -66,15 +66,8 @@ AGENTS = {
 
 def routes(base_url: str) -> RouterConfig:
     return parse_config(
-        f"""
-[backends.llama]
-base_url = "{base_url}"
-max_tokens_param = "max_tokens"
-[routes.local]
-[[routes.local.targets]]
-backend = "llama"
-model = "{MODEL_NAME}"
-retries = 0
+        router_toml(base_url, target="retries = 0")
+        + f"""
 [routes.local-json-tools]
 [[routes.local-json-tools.targets]]
 backend = "llama"

@@ -9,7 +9,7 @@ from typing import Literal, TextIO
 
 from . import ops
 from .client import RunbusClient, open_connection
-from .local_model import MODEL_NAME, LocalModelServer
+from .local_model import MODEL_NAME, LocalModelServer, router_toml
 from .messages.runs import ApprovalDecide, RunApprovalRequested
 from .render import EventPrinter
 from .settings import Settings
@@ -29,21 +29,7 @@ the corporate policy blocks, which stops the tool loop."""
 
 DemoModel = Literal["offline", "local"]
 
-LOCAL_ROUTES = """
-[backends.local]
-base_url = "{base_url}"
-family = "llamacpp"
-max_tokens_param = "max_tokens"
-
-[routes.local]
-[[routes.local.targets]]
-backend = "local"
-model = "{model}"
-native_tools = false
-max_output_tokens = 256
-temperature = 0.2
-timeout = 120
-
+LOCAL_RULES = """
 # The travel agent asks for `offline`; every such call goes to the local model instead.
 [[rules]]
 route = "offline"
@@ -54,7 +40,9 @@ use = "local"
 def local_routes(data: Path, base_url: str) -> Path:
     path = data / "demo-local-routes.toml"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(LOCAL_ROUTES.format(base_url=base_url, model=MODEL_NAME))
+    local_target = "native_tools = false\nmax_output_tokens = 256\ntemperature = 0.2\ntimeout = 120"
+    routes = router_toml(base_url, backend='family = "llamacpp"', target=local_target)
+    path.write_text(routes + LOCAL_RULES)
     return path
 
 

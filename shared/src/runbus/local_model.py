@@ -21,6 +21,23 @@ START_TIMEOUT: Final = 120.0
 """Seconds the child may take to print its address: loading 90 MB, even on a busy machine."""
 
 
+def router_toml(base_url: str, *, backend: str = "", target: str = "") -> str:
+    """Model-router config (TOML) for a server at `base_url`: backend `llama`, and route `local`
+    whose one target is the served model. `backend` and `target` are extra TOML lines for the
+    backend and that target; more routes and rules may follow the text."""
+    return f"""
+[backends.llama]
+base_url = "{base_url}"
+max_tokens_param = "max_tokens"
+{backend}
+[routes.local]
+[[routes.local.targets]]
+backend = "llama"
+model = "{MODEL_NAME}"
+{target}
+"""
+
+
 class LocalModelUnavailable(RuntimeError):
     """The local model's packages are not installed, or its server did not start."""
 
