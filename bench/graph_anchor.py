@@ -35,7 +35,7 @@ from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 
 from bench import maf
-from bench.timing import pct
+from bench.timing import pct, runs_per_s
 
 SAVERS = ("memory", "sqlite", "postgres")
 
@@ -283,21 +283,9 @@ async def floor(
     own_ms = (time.process_time() - cpu) * 1000 / n
     db_ms = (tree_cpu(db_pid) - db) * 1000 / n
     maf.check_tools_called(n)
-    rates: dict[str, float] = {}
-    for clients in levels:
-        total = max(n // 3, clients * 4)
-        limit = asyncio.Semaphore(clients)
-
-        async def guarded(limit: asyncio.Semaphore = limit) -> None:
-            async with limit:
-                await one_run(graph)
-
-        rounds = []
-        for _ in range(trials):
-            start = time.perf_counter()
-            await asyncio.gather(*(guarded() for _ in range(total)))
-            rounds.append(total / (time.perf_counter() - start))
-        rates[str(clients)] = statistics.median(rounds)
+    rates = await runs_per_s(
+        lambda: one_run(graph), levels, lambda clients: max(n // 3, clients * 4), trials
+    )
     ms = [s * 1000 for s in samples]
     return {
         "n": n,

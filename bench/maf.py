@@ -3,7 +3,6 @@ with a chat client that returns the same four scripted replies (three tool calls
 and the same three tools, so runbus's whole-run numbers have an in-process peer to be read
 against. MAF's own tool loop, validation and telemetry layers are on; no exporter."""
 
-import asyncio
 import json
 import statistics
 import time
@@ -23,7 +22,7 @@ from agent_framework import (
 )
 from agent_framework.observability import ChatTelemetryLayer
 
-from bench.timing import pct
+from bench.timing import pct, runs_per_s
 from runbus_examples import travel
 
 INSTRUCTIONS = "You are a travel assistant."
@@ -143,21 +142,9 @@ async def measure(
     cpu_per_run = (time.process_time() - cpu) / n
     check_tools_called(n)
     ms = [s * 1000 for s in samples]
-    rates: dict[str, float] = {}
-    for clients in concurrency:
-        total = max(n, clients * 4)
-        limit = asyncio.Semaphore(clients)
-
-        async def guarded(limit: asyncio.Semaphore = limit) -> None:
-            async with limit:
-                await one_run(agent)
-
-        rounds = []
-        for _ in range(trials):
-            start = time.perf_counter()
-            await asyncio.gather(*(guarded() for _ in range(total)))
-            rounds.append(total / (time.perf_counter() - start))
-        rates[str(clients)] = statistics.median(rounds)
+    rates = await runs_per_s(
+        lambda: one_run(agent), concurrency, lambda clients: max(n, clients * 4), trials
+    )
     return {
         "n": n,
         "p50_ms": statistics.median(ms),

@@ -1,7 +1,9 @@
 """Timing helpers every benchmark section shares."""
 
+import asyncio
+import statistics
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 
 
 def pct(samples: list[float], q: float) -> float:
@@ -18,3 +20,29 @@ async def timed(n: int, call: Callable[[], Awaitable[object]]) -> list[float]:
         await call()
         samples.append(time.perf_counter() - start)
     return samples
+
+
+async def runs_per_s(
+    call: Callable[[], Awaitable[object]],
+    levels: Iterable[int],
+    total: Callable[[int], int],
+    trials: int,
+) -> dict[str, float]:
+    """Runs/s at each level of clients (`total(clients)` awaits of `call()`, at most `clients`
+    at once), the median of `trials` rounds; keyed by the level as a string."""
+    rates: dict[str, float] = {}
+    for clients in levels:
+        runs = total(clients)
+        limit = asyncio.Semaphore(clients)
+
+        async def guarded(limit: asyncio.Semaphore = limit) -> None:
+            async with limit:
+                await call()
+
+        rounds = []
+        for _ in range(trials):
+            start = time.perf_counter()
+            await asyncio.gather(*(guarded() for _ in range(runs)))
+            rounds.append(runs / (time.perf_counter() - start))
+        rates[str(clients)] = statistics.median(rounds)
+    return rates
