@@ -11,22 +11,10 @@ from bench import postgres
 from bench.processes import REPO
 
 
-async def one(
-    saver: str, n: int, levels: tuple[int, ...], trials: int, db: postgres.Postgres | None = None
-) -> dict[str, Any]:
-    command = [
-        sys.executable,
-        "-m",
-        "bench.graph_anchor",
-        "--saver",
-        saver,
-        "--n",
-        str(n),
-        "--levels",
-        ",".join(map(str, levels)),
-        "--trials",
-        str(trials),
-    ]
+async def graph_anchor(saver: str, args: list[str], db: postgres.Postgres | None) -> Any:
+    """bench/graph_anchor.py in its own process with `saver`, `args` and the database `db`:
+    the JSON of its last line of output."""
+    command = [sys.executable, "-m", "bench.graph_anchor", "--saver", saver, *args]
     if db is not None:
         command += ["--dsn", db.dsn, "--db-pid", str(db.pid)]
     process = await asyncio.create_subprocess_exec(
@@ -35,7 +23,14 @@ async def one(
     out, err = await process.communicate()
     if process.returncode != 0:
         raise RuntimeError(f"LangGraph anchor ({saver}) failed: {err.decode()[-2000:]}")
-    result: dict[str, Any] = json.loads(out.decode().strip().splitlines()[-1])
+    return json.loads(out.decode().strip().splitlines()[-1])
+
+
+async def one(
+    saver: str, n: int, levels: tuple[int, ...], trials: int, db: postgres.Postgres | None = None
+) -> dict[str, Any]:
+    args = ["--n", str(n), "--levels", ",".join(map(str, levels)), "--trials", str(trials)]
+    result: dict[str, Any] = await graph_anchor(saver, args, db)
     by = result["cpu_ms_by_process"]
     print(
         f"  LangGraph, {saver:<8} saver  p50 {result['p50_ms']:7.3f} ms   p99 "

@@ -7,7 +7,6 @@ Postgres savers (bench/graph_anchor.py)."""
 
 import asyncio
 import contextlib
-import json
 import statistics
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import postgres
+from bench.anchors import graph_anchor
 from bench.processes import REPO, process_stack
 from bench.timing import pct
 from bench.whole_run import Clients
@@ -127,26 +127,8 @@ async def runbus_levels(url: str, levels: tuple[int, ...], tmp: Path) -> dict[st
 async def anchor_levels(
     saver: str, url: str, levels: tuple[int, ...], db: postgres.Postgres | None = None
 ) -> dict[str, Any]:
-    command = [
-        sys.executable,
-        "-m",
-        "bench.graph_anchor",
-        "--saver",
-        saver,
-        "--model-url",
-        url,
-        "--levels",
-        ",".join(map(str, levels)),
-    ]
-    if db is not None:
-        command += ["--dsn", db.dsn, "--db-pid", str(db.pid)]
-    process = await asyncio.create_subprocess_exec(
-        *command, cwd=REPO, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-    )
-    out, err = await process.communicate()
-    if process.returncode != 0:
-        raise RuntimeError(f"LangGraph anchor ({saver}) failed: {err.decode()[-2000:]}")
-    points: dict[str, Any] = json.loads(out.decode().strip().splitlines()[-1])
+    args = ["--model-url", url, "--levels", ",".join(map(str, levels))]
+    points: dict[str, Any] = await graph_anchor(saver, args, db)
     for level, point in points.items():
         _print_point(f"LangGraph, {saver} saver", int(level), point)
     return points
