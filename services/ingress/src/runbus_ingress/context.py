@@ -56,6 +56,12 @@ def identifier(request: web.Request, name: str) -> str:
     return checked_identifier(request.match_info[name], name)
 
 
+def identifier_query(request: web.Request, name: str) -> str | None:
+    """An optional query parameter that, when given, must be a runbus identifier."""
+    value = request.query.get(name)
+    return None if value is None else checked_identifier(value, name)
+
+
 def checked_identifier(value: str, name: str) -> str:
     if not is_identifier(value):
         raise BadRequest(f"bad {name} {value!r}: letters, digits, `_` and `-`, at most 128")

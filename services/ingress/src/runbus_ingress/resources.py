@@ -16,7 +16,7 @@ from runbus.messages.sessions import (
     SessionList,
 )
 
-from .context import checked_identifier, identifier, ingress_of, int_query, json_response
+from .context import identifier, identifier_query, ingress_of, int_query, json_response
 
 
 async def on_list_agents(request: web.Request) -> web.Response:
@@ -50,13 +50,9 @@ async def on_session_messages(request: web.Request) -> web.Response:
 
 
 async def on_list_memories(request: web.Request) -> web.Response:
-    session_id = request.query.get("session_id")
-    if session_id is not None:
-        checked_identifier(session_id, "session_id")
+    session_id = identifier_query(request, "session_id")
     limit = int_query(request, "limit", 100, low=1, high=1000)
-    cursor = request.query.get("cursor")
-    if cursor is not None:
-        checked_identifier(cursor, "cursor")
+    cursor = identifier_query(request, "cursor")
     query = MemoryList(session_id=session_id, limit=limit, cursor=cursor)
     async with ingress_of(request).client(request) as client:
         listed = await client.call(ops.MEMORY_LIST, query)

@@ -31,9 +31,9 @@ from .context import (
     RUN_ID_HEADER,
     TRACE_ID_HEADER,
     caller_trace,
-    checked_identifier,
     decode_body,
     identifier,
+    identifier_query,
     ingress_of,
     int_query,
     json_response,
@@ -103,9 +103,7 @@ async def on_start_run(request: web.Request) -> web.StreamResponse:
 
 
 async def on_list_runs(request: web.Request) -> web.Response:
-    session_id = request.query.get("session_id")
-    if session_id is not None:
-        session_id = checked_identifier(session_id, "session_id")
+    session_id = identifier_query(request, "session_id")
     limit = int_query(request, "limit", 50, low=1, high=1000)
     async with ingress_of(request).client(request) as client:
         listed = await client.call(ops.API_RUNS_LIST, RunList(session_id=session_id, limit=limit))
