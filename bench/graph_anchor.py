@@ -12,7 +12,6 @@ memory are its own; the database server's CPU (the postmaster and its backends) 
 run's cost."""
 
 import argparse
-import asyncio
 import json
 import os
 import resource
@@ -35,7 +34,7 @@ from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 
 from bench import maf
-from bench.timing import pct, runs_per_s
+from bench.timing import in_flight_round, pct, runs_per_s
 
 SAVERS = ("memory", "sqlite", "postgres")
 
@@ -300,33 +299,21 @@ async def floor(
 async def in_flight(graph: Any, levels: list[int], db_pid: int | None) -> dict[str, Any]:
     """A slow model: at each level, that many runs at once (a few rounds at 1): runs/s,
     latency, failures, peak RSS of this process and the database's RSS."""
+
+    async def timed_run() -> float:
+        start = time.perf_counter()
+        await one_run(graph)
+        return time.perf_counter() - start
+
     await one_run(graph)
     points: dict[str, Any] = {}
     for level in levels:
         total = 5 if level == 1 else level if level >= 256 else level * 2
-        limit = asyncio.Semaphore(level)
-        samples: list[float] = []
-        failures: list[str] = []
-
-        async def guarded(
-            limit: asyncio.Semaphore = limit,
-            samples: list[float] = samples,
-            failures: list[str] = failures,
-        ) -> None:
-            async with limit:
-                start = time.perf_counter()
-                try:
-                    await one_run(graph)
-                except Exception as exc:  # counted, not fatal: failures are a result here
-                    failures.append(type(exc).__name__)
-                    return
-                samples.append(time.perf_counter() - start)
-
         reset_peak()
         cpu = time.process_time() + tree_cpu(db_pid)
-        start = time.perf_counter()
-        await asyncio.gather(*(guarded() for _ in range(total)))
-        elapsed = time.perf_counter() - start
+        samples, failures, elapsed = await in_flight_round(
+            timed_run, level, total, lambda exc: type(exc).__name__
+        )
         ms = [s * 1000 for s in samples] or [float("nan")]
         points[str(level)] = {
             "runs": total,

@@ -5,7 +5,6 @@ latency, failures, CPU per run and peak RSS of every process. runbus runs as six
 one gateway allowed 1000 runs at once; LangGraph runs in its own process with its in-memory and
 Postgres savers (bench/graph_anchor.py)."""
 
-import asyncio
 import contextlib
 import statistics
 import subprocess
@@ -18,7 +17,7 @@ from typing import Any
 from bench import postgres
 from bench.anchors import graph_anchor
 from bench.processes import REPO, process_stack
-from bench.timing import pct
+from bench.timing import in_flight_round, pct
 from bench.whole_run import Clients
 
 LATENCY = 0.3
@@ -80,33 +79,22 @@ async def runbus_stack(url: str, tmp: Path) -> AsyncIterator[tuple[Any, Clients]
             await clients.close()
 
 
+def failure_kind(exc: Exception) -> str:
+    code = getattr(exc, "remote_code", None) or type(exc).__name__
+    return f"{code}: {str(exc)[:120]}"
+
+
 async def runbus_levels(url: str, levels: tuple[int, ...], tmp: Path) -> dict[str, Any]:
     points: dict[str, Any] = {}
     async with runbus_stack(url, tmp) as (stack, clients):
         await clients.one("slow")
         for level in levels:
             total = points_per_level(level)
-            limit = asyncio.Semaphore(level)
-            samples: list[float] = []
-            failures: list[str] = []
-
-            async def guarded(
-                limit: asyncio.Semaphore = limit,
-                samples: list[float] = samples,
-                failures: list[str] = failures,
-            ) -> None:
-                async with limit:
-                    try:
-                        samples.append(await clients.one("slow"))
-                    except Exception as exc:  # counted: failures are a result here
-                        code = getattr(exc, "remote_code", None) or type(exc).__name__
-                        failures.append(f"{code}: {str(exc)[:120]}")
-
             stack.reset_peaks()
             before, client_cpu = stack.cpu(), time.process_time()
-            start = time.perf_counter()
-            await asyncio.gather(*(guarded() for _ in range(total)))
-            elapsed = time.perf_counter() - start
+            samples, failures, elapsed = await in_flight_round(
+                lambda: clients.one("slow"), level, total, failure_kind
+            )
             after, client_cpu = stack.cpu(), time.process_time() - client_cpu
             cpu = sum(after[k] - before.get(k, 0.0) for k in after) + client_cpu
             ms = [s * 1000 for s in samples] or [float("nan")]

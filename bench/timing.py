@@ -46,3 +46,28 @@ async def runs_per_s(
             rounds.append(runs / (time.perf_counter() - start))
         rates[str(clients)] = statistics.median(rounds)
     return rates
+
+
+async def in_flight_round(
+    call: Callable[[], Awaitable[float]],
+    level: int,
+    total: int,
+    failure: Callable[[Exception], str],
+) -> tuple[list[float], list[str], float]:
+    """`total` awaits of `call()` (each returns its own seconds), at most `level` at once: the
+    seconds of those that succeeded, `failure(exc)` of those that raised, and the round's
+    seconds. A failure is counted, not fatal: failures are a result here."""
+    limit = asyncio.Semaphore(level)
+    samples: list[float] = []
+    failures: list[str] = []
+
+    async def guarded() -> None:
+        async with limit:
+            try:
+                samples.append(await call())
+            except Exception as exc:
+                failures.append(failure(exc))
+
+    start = time.perf_counter()
+    await asyncio.gather(*(guarded() for _ in range(total)))
+    return samples, failures, time.perf_counter() - start
