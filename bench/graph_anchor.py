@@ -34,7 +34,7 @@ from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 
 from bench import maf
-from bench.timing import in_flight_round, pct, runs_per_s
+from bench.timing import in_flight_round, pct, points_per_level, runs_per_s
 
 SAVERS = ("memory", "sqlite", "postgres")
 
@@ -308,7 +308,7 @@ async def in_flight(graph: Any, levels: list[int], db_pid: int | None) -> dict[s
     await one_run(graph)
     points: dict[str, Any] = {}
     for level in levels:
-        total = 5 if level == 1 else level if level >= 256 else level * 2
+        total = points_per_level(level)
         reset_peak()
         cpu = time.process_time() + tree_cpu(db_pid)
         samples, failures, elapsed = await in_flight_round(

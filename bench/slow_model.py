@@ -17,7 +17,7 @@ from typing import Any
 from bench import postgres
 from bench.anchors import graph_anchor
 from bench.processes import REPO, process_stack
-from bench.timing import in_flight_round, pct
+from bench.timing import in_flight_round, pct, points_per_level
 from bench.whole_run import Clients
 
 LATENCY = 0.3
@@ -59,11 +59,6 @@ def loopback_server(latency: float = LATENCY) -> Iterator[str]:
     finally:
         process.terminate()
         process.wait(10)
-
-
-def points_per_level(level: int) -> int:
-    """Runs measured at a level: a few at 1, two waves at 64, one wave above."""
-    return 5 if level == 1 else level if level >= 256 else level * 2
 
 
 @contextlib.asynccontextmanager

@@ -48,6 +48,11 @@ async def runs_per_s(
     return rates
 
 
+def points_per_level(level: int) -> int:
+    """Runs measured at a level: a few at 1, two waves at 64, one wave above."""
+    return 5 if level == 1 else level if level >= 256 else level * 2
+
+
 async def in_flight_round(
     call: Callable[[], Awaitable[float]],
     level: int,
