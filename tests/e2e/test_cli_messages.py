@@ -14,12 +14,11 @@ from pathlib import Path
 
 import pytest
 
-import runbus_gateway
 from runbus.embedded import EmbeddedNats
+from runbus_examples import AGENTS_DIR
 
 RUNBUS = str(Path(sys.executable).parent / "runbus")
 PASSWORD = "s3cret-pw"
-AGENTS = Path(runbus_gateway.__file__).parent / "agents"
 
 
 def processes_of(data_dir: Path) -> list[int]:
@@ -113,7 +112,7 @@ async def up(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Up]:
     # person's approval, and `runbus run` with it.
     agents = data_dir / "agents"
     agents.mkdir()
-    shutil.copy(AGENTS / "travel.toml", agents)
+    shutil.copy(AGENTS_DIR / "travel.toml", agents)
     (agents / "approver.toml").write_text(
         'name = "approver"\ninstructions = "Book."\nmodel = "scripted/book"\n'
         'tools = ["create_booking"]\n'

@@ -368,6 +368,7 @@ async def test_a_memory_service_with_another_embedder_than_its_store_refuses_to_
 
 async def test_a_write_on_the_stream_is_found_by_the_next_search(memory: Memory) -> None:
     await memory.write(ALICE, WINDOW_SEAT)
+    await memory.settled()  # acknowledged only once stored
 
     assert await memory.search(ALICE_S2, "window seat") == [WINDOW_SEAT]
 
