@@ -258,7 +258,22 @@ class BusPorts:
         self._event_acks[owned_run(ctx)].append(ack)
 
     async def settle(self, ctx: RunContext) -> None:
-        """Wait until every event of the run is stored in the events stream."""
+        """Wait until every event of the run is stored in the events stream.
+
+        Bounded: a stream ack lost to a NATS outage never resolves, and an unbounded wait
+        would hold the run request in progress for ever. `Unavailable` has it delivered again;
+        the resumed run publishes its events under the same ids, which the stream dedupes.
+        """
         acks = self._event_acks.pop(owned_run(ctx), [])
-        if acks:
-            await asyncio.gather(*acks)
+        if not acks:
+            return
+        try:
+            async with asyncio.timeout(self.bus.request_timeout):
+                await asyncio.gather(*acks)
+        except TimeoutError:
+            for ack in acks:
+                ack.cancel()
+            raise Unavailable(
+                f"the events stream did not confirm {len(acks)} event(s) of run "
+                f"{ctx.run_id!r} within {self.bus.request_timeout:.0f}s"
+            ) from None
