@@ -2,10 +2,12 @@
 any length is read whole (up to a limit) without stopping the reader."""
 
 import asyncio
+import logging
+import sys
 
 import structlog
 
-from runbus.logs import MAX_FIELD, read_lines, truncate_fields
+from runbus.logs import MAX_FIELD, LibraryRecords, read_lines, truncate_fields
 
 
 def test_a_field_longer_than_the_limit_is_cut_with_a_marker_saying_how_much() -> None:
@@ -59,3 +61,29 @@ async def test_a_line_over_the_limit_is_cut_and_says_how_many_bytes_were_cut() -
     lines = await _lines_of(b"y" * 10_000 + b"\nnext\nlast without newline", 1000)
 
     assert lines == [(b"y" * 1000, 9000), (b"next", 0), (b"last without newline", 0)]
+
+
+def test_a_library_error_with_a_traceback_is_one_structured_event_naming_the_exception() -> None:
+    try:
+        raise asyncio.InvalidStateError("invalid state")
+    except asyncio.InvalidStateError:
+        record = logging.LogRecord(
+            "nats.aio.client",
+            logging.ERROR,
+            __file__,
+            1,
+            "nats: encountered error",
+            None,
+            sys.exc_info(),
+        )
+    with structlog.testing.capture_logs() as logs:
+        LibraryRecords().emit(record)
+
+    assert logs == [
+        {
+            "event": "nats: encountered error",
+            "logger": "nats.aio.client",
+            "error": "InvalidStateError('invalid state')",
+            "log_level": "error",
+        }
+    ]

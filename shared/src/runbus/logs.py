@@ -52,8 +52,22 @@ def truncate_fields(_: WrappedLogger, __: str, event: EventDict) -> EventDict:
     return event
 
 
+class LibraryRecords(logging.Handler):
+    """Libraries' own log records as one structured line each, with the exception's repr in
+    place of its traceback: nats-py logs "encountered error" with a traceback from its read
+    loop (e.g. a reply that lands on a request cancelled during a stop), which would
+    otherwise reach stderr as raw multi-line output."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        fields: dict[str, object] = {"logger": record.name}
+        if record.exc_info and record.exc_info[1] is not None:
+            fields["error"] = repr(record.exc_info[1])
+        structlog.get_logger().log(record.levelno, record.getMessage(), **fields)
+
+
 def configure_logging(level: str = "info", *, json: bool | None = None) -> None:
-    """Configure structlog for a process; JSON unless stderr is a terminal."""
+    """Configure structlog for a process; JSON unless stderr is a terminal. Records of the
+    standard `logging` module (libraries) go through structlog too, warnings and above."""
     as_json = (not sys.stderr.isatty()) if json is None else json
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer() if as_json else structlog.dev.ConsoleRenderer()
@@ -72,6 +86,9 @@ def configure_logging(level: str = "info", *, json: bool | None = None) -> None:
         logger_factory=structlog.PrintLoggerFactory(sys.stderr),
         cache_logger_on_first_use=True,
     )
+    root = logging.getLogger()
+    root.handlers[:] = [LibraryRecords()]
+    root.setLevel(logging.WARNING)
 
 
 async def read_lines(
