@@ -3,7 +3,7 @@
 import asyncio
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import nats.errors
 from nats.js.api import PubAck
@@ -65,7 +65,7 @@ class BusPorts:
         self.bus = bus
         self.approvals = approvals
         self.catalog = ToolCatalogCache()
-        self._event_acks: dict[str, list[asyncio.Future[PubAck]]] = defaultdict(list)
+        self._unsettled: dict[str, list[_Published]] = defaultdict(list)
 
     async def open_session(self, ctx: RunContext, policy: ConcurrencyPolicy) -> SessionOpened:
         return await self.bus.call(
@@ -250,30 +250,49 @@ class BusPorts:
         headers = ctx.to_headers()
         headers[MSG_ID] = f"{owned_run(ctx)}:{event_id}"
         inject(headers)
-        ack = await self.bus.stream_publish_async(
-            subjects.events(ctx.prop("tenant"), ctx.prop("user_id"), ctx.run_id),
-            encode(event),
-            headers,
-        )
-        self._event_acks[owned_run(ctx)].append(ack)
+        subject = subjects.events(ctx.prop("tenant"), ctx.prop("user_id"), ctx.run_id)
+        data = encode(event)
+        ack = await self.bus.stream_publish_async(subject, data, headers)
+        self._unsettled[owned_run(ctx)].append(_Published(subject, data, headers, ack))
 
     async def settle(self, ctx: RunContext) -> None:
         """Wait until every event of the run is stored in the events stream.
 
-        Bounded: a stream ack lost to a NATS outage never resolves, and an unbounded wait
-        would hold the run request in progress for ever. `Unavailable` has it delivered again;
-        the resumed run publishes its events under the same ids, which the stream dedupes.
+        An ack lost with a NATS node never resolves, so the wait is bounded; what is still
+        unconfirmed then is published once more under its own `Nats-Msg-Id` (the stream keeps
+        one copy) and waited on. Only if that fails too is the run `Unavailable`: delivered
+        again, it publishes its events under the same ids.
         """
-        acks = self._event_acks.pop(owned_run(ctx), [])
-        if not acks:
+        published = self._unsettled.pop(owned_run(ctx), [])
+        if not published:
+            return
+        limit = self.bus.request_timeout
+        await asyncio.wait([p.ack for p in published], timeout=limit)
+        unconfirmed = [p for p in published if not _stored(p.ack)]
+        if not unconfirmed:
             return
         try:
-            async with asyncio.timeout(self.bus.request_timeout):
-                await asyncio.gather(*acks)
-        except TimeoutError:
-            for ack in acks:
-                ack.cancel()
+            async with asyncio.timeout(limit):
+                for p in unconfirmed:
+                    await self.bus.stream_publish(p.subject, p.data, p.headers)
+        except (TimeoutError, nats.errors.Error) as exc:
             raise Unavailable(
-                f"the events stream did not confirm {len(acks)} event(s) of run "
-                f"{ctx.run_id!r} within {self.bus.request_timeout:.0f}s"
+                f"the events stream did not confirm {len(unconfirmed)} event(s) of run "
+                f"{ctx.run_id!r} within {2 * limit:.0f}s ({type(exc).__name__})"
             ) from None
+
+
+class _Published(NamedTuple):
+    """An event sent to the stream whose ack `settle` has yet to see."""
+
+    subject: str
+    data: bytes
+    headers: dict[str, str]
+    ack: asyncio.Future[PubAck]
+
+
+def _stored(ack: asyncio.Future[PubAck]) -> bool:
+    if not ack.done():
+        ack.cancel()
+        return False
+    return not ack.cancelled() and ack.exception() is None
