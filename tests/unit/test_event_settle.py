@@ -64,9 +64,7 @@ async def test_an_event_whose_ack_was_lost_is_published_again_under_the_same_id(
 
     await ports.settle(CTX)  # no Unavailable: the run is not retried for a lost ack
 
-    assert [headers["Nats-Msg-Id"] for _, headers in bus.republished] == [
-        "acme.alice.r-1:started"
-    ]
+    assert [headers["Nats-Msg-Id"] for _, headers in bus.republished] == ["acme.alice.r-1:started"]
 
 
 async def test_events_the_stream_acknowledges_settle_at_once() -> None:
