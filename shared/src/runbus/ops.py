@@ -102,6 +102,9 @@ class NamedOp(Generic[Req, Rep]):
         """Subject template, also the span subject of every name."""
         self.family: Op[Req, Rep] = Op(prefix, template, request, reply, span_subject=template)
 
+    def __repr__(self) -> str:
+        return f"NamedOp({self.template!r})"
+
     def at(self, name: str) -> Op[Req, Rep]:
         op: Op[Req, Rep] = Op.__new__(Op)
         op.name = f"{self.family.name}-{name}"

@@ -67,6 +67,9 @@ async def run_tools(
     except BaseException:
         for task in tasks:
             task.cancel()
+        # Wait for them to unwind: a call's clean-up (its "no longer waiting" status) must not
+        # land after the run's final record.
+        await asyncio.gather(*tasks, return_exceptions=True)
         raise
     results = [
         FunctionResultContent(call_id=call.call_id, error=TERMINATED_ERROR)

@@ -170,6 +170,8 @@ class LocalRun:
         self._waiting += 1 if waiting else -1
         if self._waiting != (1 if waiting else 0):
             return  # the status only changes on the first wait and the last decision
+        if self.cancelled():
+            return  # its final status (`cancelled`) is the bookkeeping's to write
         with contextlib.suppress(Exception):
             await self.set_status("waiting_approval" if waiting else "running")
 
