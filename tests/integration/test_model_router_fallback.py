@@ -332,3 +332,35 @@ async def test_a_target_that_is_down_after_one_too_small_gives_model_unavailable
     assert error.code == "model_unavailable"
     assert "exceeds the available context" not in error.message
     assert error.details["attempts"][0].startswith("primary/first: the prompt is too long")
+
+
+async def test_the_targets_timeout_bounds_each_silence_not_the_whole_stream(
+    nats_server: SecuredNats, nc: NATS
+) -> None:
+    async with loopback() as provider:
+        # Fifteen chunks 0.1 s apart outlast the 1 s timeout; no silence reaches it.
+        provider.script(text_reply(" ".join(["word"] * 15), chunk_delay=0.1))
+        routes = two_targets(provider.base_url, provider.base_url, timeout=1, retries=0)
+        async with router(nats_server.url, routes):
+            started = time.monotonic()
+            response = await answer(nc, ask("a long answer"))
+            took = time.monotonic() - started
+
+    assert response.message.text == " ".join(["word"] * 15)
+    assert took > 1
+    assert len(provider.requests) == 1
+
+
+async def test_a_stream_that_goes_silent_past_the_timeout_is_cut_and_its_connection_closed(
+    nats_server: SecuredNats, nc: NATS
+) -> None:
+    async with loopback() as provider:
+        provider.script(text_reply("never finished", pause_after=1))
+        routes = two_targets(provider.base_url, provider.base_url, timeout=0.5, retries=0)
+        async with router(nats_server.url, routes):
+            error = await refusal(nc, ask("hi"))
+            await asyncio.wait_for(provider.client_left.wait(), 10)
+
+    assert error.code == "model_error"
+    assert "mid-stream: no answer within 0.5s" in error.message
+    assert len(provider.requests) == 1, "no fallback once text went out"
