@@ -8,15 +8,25 @@ run (the machine is shared and noisy, so only same-run ratios mean anything).
    same framing) vs `model.complete` through the router service (KV-backed ledger, spans on).
 3. streaming: time to the first text delta when calling a backend that streams like a provider
    directly vs when a bus subscriber receives it as `run.text_delta` from the router service.
+4. provider CPU: the router's CPU per model call against a loopback OpenAI-compatible server
+   in its own process (token-sized chunks, a run's 4 calls), the OpenAI-compatible backend as
+   it is (msgspec over httpx2) vs the same calls through the openai SDK's typed layer (the
+   path it replaced, kept here only as the baseline), rounds alternated, medians.
 """
 
+import argparse
 import asyncio
+import contextlib
+import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import nats
@@ -26,22 +36,34 @@ from nats.aio.msg import Msg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.loopback_model import reply_for
 from bench.timing import pct, timed
 from runbus import subjects
 from runbus.bus import Bus
 from runbus.embedded import EmbeddedNats
 from runbus.headers import RunContext
 from runbus.logs import configure_logging
-from runbus.messages import ChatMessage, ModelRequest, ModelResponse, TextContent, encode
+from runbus.messages import (
+    ChatMessage,
+    FunctionResultContent,
+    ModelRequest,
+    ModelResponse,
+    TextContent,
+    ToolSpec,
+    Usage,
+    encode,
+)
 from runbus.messages.model import MODEL_REQUEST_DECODER, MODEL_RESPONSE_DECODER
 from runbus.service import Endpoint, Service, ServiceOptions
 from runbus.telemetry import create_tracer_provider
 from runbus_examples.models import default_routes
 from runbus_examples.scripted import ScriptedModel, ScriptedReply
 from runbus_model_router.backends import OnDelta
-from runbus_model_router.config import TargetConfig, parse_config
+from runbus_model_router.config import BackendConfig, TargetConfig, parse_config
 from runbus_model_router.core import Router
 from runbus_model_router.middleware import Metrics, Tracing
+from runbus_model_router.openai_chat import OpenAIChatModel, open_client
+from runbus_model_router.openai_wire import StreamAssembler, _PartialCall
 from runbus_model_router.routing import Target, build_table
 from runbus_model_router.service import ModelRouterService
 from runbus_model_router.usage import MemoryLedger
@@ -314,14 +336,312 @@ async def bench_first_delta(url: str, n: int) -> dict[str, dict[str, float]]:
     }
 
 
+# -- 4. provider CPU ------------------------------------------------------------------------
+
+BENCH_TOOLS = [
+    ToolSpec(
+        name=name,
+        description=f"The travel tool {name}",
+        parameters={"type": "object", "properties": {key: {"type": "string"} for key in keys}},
+    )
+    for name, keys in (
+        ("get_weather", ["city"]),
+        ("search_flights", ["origin", "destination", "date"]),
+        ("create_booking", ["flight_id"]),
+    )
+]
+BOOKING = (
+    "Booking QF412-20261208 is confirmed: Melbourne to Sydney on 8 December 2026, departing "
+    "09:05 from terminal 1 and arriving 10:30, one adult in economy with 23 kg of checked "
+    "baggage, seat 14C, total AUD 189.00 charged to the card ending 4242; the e-ticket and the "
+    "receipt were sent to the address on file."
+)
+ARGUMENT_FRAGMENT = 4
+"""Characters of tool-call arguments per streamed chunk, about a token each, as providers do."""
+
+
+def _sse(body: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+def _token_chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-bench",
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": "bench-tokens",
+        "system_fingerprint": "fp_bench",
+        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+    }
+
+
+async def _token_completions(request: Any) -> Any:
+    from aiohttp import web
+
+    body = await request.json()
+    message = reply_for(body.get("messages", []))
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    out = [_sse(_token_chunk({"role": "assistant", "content": ""}))]
+    if calls := message.get("tool_calls"):
+        for index, call in enumerate(calls):
+            head = {"id": call["id"], "type": "function"}
+            function = {"name": call["function"]["name"], "arguments": ""}
+            out.append(
+                _sse(_token_chunk({"tool_calls": [{"index": index, **head, "function": function}]}))
+            )
+            arguments = call["function"]["arguments"]
+            for at in range(0, len(arguments), ARGUMENT_FRAGMENT):
+                piece = {"arguments": arguments[at : at + ARGUMENT_FRAGMENT]}
+                out.append(
+                    _sse(_token_chunk({"tool_calls": [{"index": index, "function": piece}]}))
+                )
+        finish = "tool_calls"
+    else:
+        words = message["content"].split(" ")
+        out += [_sse(_token_chunk({"content": f" {w}" if i else w})) for i, w in enumerate(words)]
+        finish = "stop"
+    out.append(_sse(_token_chunk({}, finish)))
+    usage = {"prompt_tokens": 100, "completion_tokens": len(out), "total_tokens": 100 + len(out)}
+    out.append(_sse({**_token_chunk({}), "choices": [], "usage": usage}))
+    out.append(b"data: [DONE]\n\n")
+    for event in out:  # one write per chunk: each its own read on the router's side
+        await response.write(event)
+    await response.write_eof()
+    return response
+
+
+async def serve_tokens() -> None:
+    """The token-streaming loopback server (`python -m bench.model_router --serve`): the bench
+    run's 4 replies (bench/loopback_model.py's script) in token-sized chunks, no latency."""
+    from aiohttp import web
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", _token_completions)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    print(f"port {runner.addresses[0][1]}", flush=True)
+    await asyncio.Event().wait()
+
+
+@contextlib.contextmanager
+def server_process(*command: str) -> Iterator[str]:
+    """A loopback model server (`python -m <command>`, first line `port <n>`) as a child
+    process, so its CPU is not the router's; its base URL."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", *command],
+        cwd=Path(__file__).resolve().parent.parent,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        if not line.startswith("port "):
+            raise RuntimeError(f"{command[0]} did not start: {line!r}")
+        yield f"http://127.0.0.1:{int(line.split()[1])}/v1"
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+class SdkAssembler(StreamAssembler):
+    """The assembler as it read the openai SDK's pydantic chunks."""
+
+    def feed(self, chunk: Any) -> str:
+        self.model = chunk.model or self.model
+        self.response_id = chunk.id or self.response_id
+        if chunk.usage is not None:
+            self.usage = Usage(
+                input_tokens=chunk.usage.prompt_tokens,
+                output_tokens=chunk.usage.completion_tokens,
+            )
+        delta_text = ""
+        for choice in chunk.choices:
+            if choice.index != 0:
+                continue
+            delta = choice.delta
+            if choice.finish_reason:
+                self.finish = choice.finish_reason
+            if delta.content:
+                delta_text += delta.content
+            extra = delta.model_extra or {}
+            for name in ("reasoning_content", "reasoning"):
+                if isinstance(piece := extra.get(name), str):
+                    self.reasoning.append(piece)
+                    break
+            for call in delta.tool_calls or []:
+                partial = self.calls.setdefault(call.index, _PartialCall())
+                partial.call_id = call.id or partial.call_id
+                if call.function is not None:
+                    partial.name += call.function.name or ""
+                    partial.arguments.append(call.function.arguments or "")
+        if delta_text:
+            self.text.append(delta_text)
+        return delta_text
+
+
+class SdkChatModel(OpenAIChatModel):
+    """The baseline: the same request through the openai SDK (`AsyncOpenAI`, retries off), its
+    stream of pydantic chunks read as the backend used to, before msgspec over httpx2."""
+
+    def __init__(self, sdk: Any, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.sdk = sdk
+
+    async def complete(self, request: ModelRequest, on_delta: OnDelta) -> ModelResponse:
+        assembler = SdkAssembler()
+        params = self._params(request)
+        stream = await self.sdk.chat.completions.create(**params, timeout=self.timeout)
+        async with stream:
+            async for chunk in stream:
+                if text := assembler.feed(chunk):
+                    await on_delta(text)
+        reply = assembler.result()
+        message = ChatMessage(
+            role="assistant", contents=reply.contents, created_at=datetime.now(UTC)
+        )
+        return ModelResponse(
+            message=message,
+            model=reply.model or self.model,
+            finish_reason=reply.finish_reason,
+            usage=reply.usage or Usage(),
+        )
+
+
+def _router_for(backend: Any) -> Router:
+    """A router whose route `bench` is `backend`, with the service's spans and metrics."""
+    config = parse_config("")
+    table = build_table({"bench": backend}, config, no_configured_backends)
+    tracer = create_tracer_provider("bench_model_router").get_tracer("bench")
+    return Router(
+        table,
+        config,
+        ledger=MemoryLedger(),
+        provenance=MemoryProvenance(),
+        middleware=[Tracing(tracer), Metrics()],
+    )
+
+
+async def _one_run(router: Router) -> int:
+    """A run's 4 model calls (3 tool calls, then the answer); the text deltas seen."""
+    deltas = 0
+
+    async def on_delta(text: str) -> None:
+        nonlocal deltas
+        deltas += 1
+
+    messages = [
+        ChatMessage(role="system", contents=[TextContent(text="You are a travel assistant.")]),
+        ChatMessage(role="user", contents=[TextContent(text="Book me a flight to Sydney.")]),
+    ]
+    for _ in range(4):
+        request = ModelRequest(route="bench", messages=messages, tools=BENCH_TOOLS)
+        response = await router.complete(PLAIN, request, on_delta)
+        messages.append(response.message)
+        calls = response.message.function_calls
+        if not calls:
+            break
+        results = [FunctionResultContent(call_id=c.call_id, result=BOOKING) for c in calls]
+        messages.append(ChatMessage(role="tool", contents=list(results)))
+    return deltas
+
+
+async def bench_provider_cpu(runs_per_round: int, rounds: int = 5) -> dict[str, Any]:
+    print(
+        "\n[provider CPU] router CPU per model call (Router.complete with spans and metrics) "
+        "against a loopback OpenAI-compatible server in its own process, a run's 4 calls"
+    )
+    servers = {
+        "token_chunks": ("token-sized chunks", ("bench.model_router", "--serve")),
+        "whole_replies": (
+            "each reply in one chunk (bench/loopback_model.py)",
+            ("bench.loopback_model", "--latency", "0"),
+        ),
+    }
+    results: dict[str, Any] = {}
+    for key, (label, command) in servers.items():
+        with server_process(*command) as url:
+            print(f"  {label}:")
+            results[key] = await _provider_cpu(url, runs_per_round, rounds)
+    return results
+
+
+async def _provider_cpu(url: str, runs_per_round: int, rounds: int) -> dict[str, Any]:
+    import openai
+
+    backend = BackendConfig(base_url=url, max_tokens_param="max_tokens")
+    endpoint = open_client("bench", backend)
+    sdk = openai.AsyncOpenAI(api_key="not-needed", base_url=url, max_retries=0)
+    common: dict[str, Any] = {"model": "bench-tokens", "config": backend, "timeout": 60.0}
+    routers = {
+        "msgspec": _router_for(OpenAIChatModel(endpoint, **common)),
+        "sdk": _router_for(SdkChatModel(sdk, client=endpoint, **common)),
+    }
+    deltas = {name: await _one_run(router) for name, router in routers.items()}
+    assert deltas["msgspec"] == deltas["sdk"] > 0, deltas
+    for router in routers.values():  # warm: connections, imports, caches
+        for _ in range(max(3, runs_per_round // 3)):
+            await _one_run(router)
+    cpu: dict[str, list[float]] = {name: [] for name in routers}
+    wall: dict[str, list[float]] = {name: [] for name in routers}
+    calls = runs_per_round * 4
+    for index in range(rounds):
+        order = list(routers) if index % 2 == 0 else list(reversed(routers))
+        for name in order:
+            start_cpu, start = time.process_time(), time.perf_counter()
+            for _ in range(runs_per_round):
+                await _one_run(routers[name])
+            cpu[name].append((time.process_time() - start_cpu) / calls * 1e6)
+            wall[name].append((time.perf_counter() - start) / calls * 1e6)
+    await endpoint.close()
+    await sdk.close()
+    medians = {name: statistics.median(samples) for name, samples in cpu.items()}
+    for name, label in (("sdk", "openai SDK (the baseline)"), ("msgspec", "msgspec over httpx2")):
+        print(
+            f"    {label:<26} CPU {medians[name]:7.1f} µs/call   wall "
+            f"{statistics.median(wall[name]):7.1f} µs/call   rounds "
+            + " ".join(f"{v:.0f}" for v in cpu[name])
+        )
+    ratio = medians["msgspec"] / medians["sdk"]
+    print(
+        f"    msgspec/SDK CPU per call: {ratio:.2f}x, "
+        f"{(medians['sdk'] - medians['msgspec']) * 4 / 1000:.2f} ms less per run of 4 calls "
+        f"({rounds} rounds x {calls} calls each, {deltas['msgspec']} text deltas per run)"
+    )
+    return {
+        "cpu_us_per_call": medians,
+        "cpu_us_rounds": cpu,
+        "ratio_msgspec_over_sdk": ratio,
+        "calls_per_round": calls,
+        "rounds": rounds,
+    }
+
+
 async def run_benchmark(n: int = 3000) -> dict[str, dict[str, dict[str, float]]]:
     configure_logging("warning")
     with tempfile.TemporaryDirectory() as tmp, EmbeddedNats(Path(tmp) / "js") as server:
         print(f"runbus model router bench — nats-server {server.url}, tracing on (no exporter)")
         await bench_in_process(n)
         await bench_over_the_bus(server.url, n)
-        return {"streaming": await bench_first_delta(server.url, n // 10)}
+        streaming = await bench_first_delta(server.url, n // 10)
+    provider = await bench_provider_cpu(max(10, n // 100))
+    return {"streaming": streaming, "model_router_provider_cpu": provider}
 
 
 if __name__ == "__main__":
-    uvloop.run(run_benchmark())
+    parser = argparse.ArgumentParser(prog="python -m bench.model_router")
+    parser.add_argument("--serve", action="store_true", help="be the token-streaming server")
+    parser.add_argument(
+        "--provider-cpu", type=int, metavar="RUNS", help="only section 4, RUNS runs a round"
+    )
+    args = parser.parse_args()
+    if args.serve:
+        uvloop.run(serve_tokens())
+    elif args.provider_cpu:
+        configure_logging("warning")
+        uvloop.run(bench_provider_cpu(args.provider_cpu))
+    else:
+        uvloop.run(run_benchmark())

@@ -35,6 +35,17 @@ from runbus_model_router.service import ModelRouterService
 from tests.helpers import take_time
 
 STATUS_TEXT = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 429: "Too Many Requests"}
+LLAMACPP_CONTEXT_ERROR = {
+    "error": {
+        "code": 400,
+        "message": "request (5012 tokens) exceeds the available context size (4096 tokens), "
+        "try increasing it",
+        "type": "exceed_context_size_error",
+        "n_prompt_tokens": 5012,
+        "n_ctx": 4096,
+    }
+}
+"""What a llama.cpp server answers (HTTP 400) to a prompt longer than its context."""
 
 
 @dataclass
@@ -47,6 +58,10 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     error: str = "provider error"
     """Message of the JSON error body when `status` is not 200."""
+    body: dict[str, Any] | None = None
+    """The whole JSON error body instead (a real provider's), when `status` is not 200."""
+    whole: bool = False
+    """Answer with one `chat.completion` JSON body built from `chunks`, not a stream."""
     delay: float = 0.0
     """Seconds before the response starts (a slow or hung provider)."""
     pause_after: int | None = None
@@ -135,6 +150,35 @@ def tool_reply(calls: list[tuple[str, str, str]], *, usage: tuple[int, int] = (2
     return Reply(chunks=chunks)
 
 
+def completion(chunks: list[dict[str, Any]]) -> dict[str, Any]:
+    """The `chat.completion` a server answering at once would send for these chunks."""
+    content = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    calls: dict[int, dict[str, Any]] = {}
+    finish = "stop"
+    for c in chunks:
+        for choice in c["choices"]:
+            finish = choice["finish_reason"] or finish
+            for call in choice["delta"].get("tool_calls") or []:
+                whole = calls.setdefault(
+                    call["index"], {"type": "function", "function": {"name": "", "arguments": ""}}
+                )
+                whole["id"] = call.get("id") or whole.get("id")
+                whole["function"]["name"] += call["function"].get("name") or ""
+                whole["function"]["arguments"] += call["function"].get("arguments") or ""
+    message: dict[str, Any] = {"role": "assistant", "content": content or None}
+    if calls:
+        message["tool_calls"] = [calls[i] for i in sorted(calls)]
+    usage = next((c["usage"] for c in chunks if c.get("usage")), None)
+    return {
+        "id": "chatcmpl-loopback",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": "loopback-1",
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": usage,
+    }
+
+
 def status_reply(status: int, headers: dict[str, str] | None = None) -> Reply:
     return Reply(status=status, headers=headers or {}, error=f"loopback says {status}")
 
@@ -158,6 +202,7 @@ class LoopbackProvider:
         self.max_in_flight = 0
         self.finished = 0
         self.disconnected = 0
+        self.connections = 0
         self.client_left = asyncio.Event()
         self.first_chunk_sent = asyncio.Event()
         self._server: asyncio.Server | None = None
@@ -185,6 +230,7 @@ class LoopbackProvider:
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         handler = asyncio.current_task()
         assert handler is not None
+        self.connections += 1
         self._handlers.add(handler)
         handler.add_done_callback(self._handlers.discard)
         try:
@@ -224,8 +270,12 @@ class LoopbackProvider:
             if reply.delay:
                 await take_time(reply.delay)
             if reply.status != 200:
-                error = {"error": {"message": reply.error, "type": "loopback", "code": None}}
+                error = reply.body or {
+                    "error": {"message": reply.error, "type": "loopback", "code": None}
+                }
                 await self._send_json(writer, reply.status, error, reply.headers)
+            elif reply.whole:
+                await self._send_json(writer, 200, completion(reply.chunks), reply.headers)
             else:
                 await self._stream(reader, writer, reply)
             self.finished += 1

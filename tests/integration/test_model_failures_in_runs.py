@@ -13,7 +13,9 @@ from runbus.messages.runs import RUN_INFO_DECODER, RunGet
 from runbus_gateway.agents import AgentSpec
 from runbus_model_router.config import parse_config
 from tests.integration.model_provider import (
+    LLAMACPP_CONTEXT_ERROR,
     LoopbackProvider,
+    Reply,
     loopback,
     status_reply,
     text_reply,
@@ -73,3 +75,21 @@ async def test_a_failing_model_fails_the_run_once_and_the_next_run_on_the_sessio
         ("user", "First question"),
         ("user", "Second question"),
     ]
+
+
+async def test_a_prompt_too_long_for_the_model_fails_the_run_saying_what_to_change(
+    flaky_stack: Stack, nc: NATS, provider: LoopbackProvider
+) -> None:
+    provider.script(Reply(status=400, body=LLAMACPP_CONTEXT_ERROR))
+    client = RunbusClient(nc, token="dev-alice")
+
+    with pytest.raises(RunFailedError) as failed:
+        await client.run("chat", "A very long question", session_id="s-long", run_id="r-long")
+
+    assert failed.value.remote_code == "context_too_long"
+    assert len(provider.requests) == 1, "neither the router nor the gateway tried again"
+    info = await client.call("runs.get", RunGet(run_id="r-long"), RUN_INFO_DECODER)
+    assert info.record.error is not None
+    shown = info.record.error.message
+    assert shown.startswith("the prompt is too long for model 'small-1' (5012 tokens; it holds")
+    assert all(remedy in shown for remedy in ("compaction", "last_turns", "larger context"))

@@ -11,6 +11,7 @@ from runbus import subjects
 from runbus.headers import RunContext
 from tests.helpers import eventually
 from tests.integration.model_provider import (
+    LLAMACPP_CONTEXT_ERROR,
     Reply,
     answer,
     ask,
@@ -284,3 +285,82 @@ async def test_a_cancelled_run_stops_its_stream_and_gets_a_typed_error(
     assert len(provider.requests) == 3, "the cancelled run's next call never reached the provider"
     assert unaffected.message.text == "Hello from the loopback provider."
     assert same_id_other_owner.message.text == "Hello from the loopback provider."
+
+
+async def test_a_prompt_too_long_for_the_primary_goes_to_the_next_target_without_a_retry(
+    nats_server: SecuredNats, nc: NATS
+) -> None:
+    async with loopback() as primary, loopback() as fallback:
+        primary.script(Reply(status=400, body=LLAMACPP_CONTEXT_ERROR))
+        routes = two_targets(primary.base_url, fallback.base_url, retries=2, breaker_failures=1)
+        async with router(nats_server.url, routes) as service:
+            response = await answer(nc, ask("a long conversation"))
+            breaker = service.router.guards["primary/first"].breaker  # type: ignore[union-attr]
+
+    assert response.message.text == "Hello from the loopback provider."
+    assert len(primary.requests) == 1
+    assert len(fallback.requests) == 1
+    assert breaker.state == "closed", "a prompt too long says nothing about the target's health"
+
+
+async def test_a_prompt_too_long_for_every_target_fails_with_a_message_saying_what_to_do(
+    nats_server: SecuredNats, nc: NATS
+) -> None:
+    async with loopback() as primary, loopback() as fallback:
+        primary.script(Reply(status=400, body=LLAMACPP_CONTEXT_ERROR))
+        fallback.script(Reply(status=400, body=LLAMACPP_CONTEXT_ERROR))
+        async with router(nats_server.url, two_targets(primary.base_url, fallback.base_url)):
+            error = await refusal(nc, ask("a long conversation"))
+
+    assert error.code == "context_too_long"
+    assert error.message.startswith(
+        "the prompt is too long for model 'second' (5012 tokens; it holds 4096)"
+    )
+    assert "compaction" in error.message
+    assert (error.details["prompt_tokens"], error.details["context_tokens"]) == (5012, 4096)
+
+
+async def test_a_target_that_is_down_after_one_too_small_gives_model_unavailable(
+    nats_server: SecuredNats, nc: NATS
+) -> None:
+    async with loopback() as primary:
+        primary.script(Reply(status=400, body=LLAMACPP_CONTEXT_ERROR))
+        down = f"http://127.0.0.1:{closed_port()}/v1"
+        async with router(nats_server.url, two_targets(primary.base_url, down)):
+            error = await refusal(nc, ask("a long conversation"))
+
+    assert error.code == "model_unavailable"
+    assert "exceeds the available context" not in error.message
+    assert error.details["attempts"][0].startswith("primary/first: the prompt is too long")
+
+
+async def test_the_targets_timeout_bounds_each_silence_not_the_whole_stream(
+    nats_server: SecuredNats, nc: NATS
+) -> None:
+    async with loopback() as provider:
+        # Fifteen chunks 0.1 s apart outlast the 1 s timeout; no silence reaches it.
+        provider.script(text_reply(" ".join(["word"] * 15), chunk_delay=0.1))
+        routes = two_targets(provider.base_url, provider.base_url, timeout=1, retries=0)
+        async with router(nats_server.url, routes):
+            started = time.monotonic()
+            response = await answer(nc, ask("a long answer"))
+            took = time.monotonic() - started
+
+    assert response.message.text == " ".join(["word"] * 15)
+    assert took > 1
+    assert len(provider.requests) == 1
+
+
+async def test_a_stream_that_goes_silent_past_the_timeout_is_cut_and_its_connection_closed(
+    nats_server: SecuredNats, nc: NATS
+) -> None:
+    async with loopback() as provider:
+        provider.script(text_reply("never finished", pause_after=1))
+        routes = two_targets(provider.base_url, provider.base_url, timeout=0.5, retries=0)
+        async with router(nats_server.url, routes):
+            error = await refusal(nc, ask("hi"))
+            await asyncio.wait_for(provider.client_left.wait(), 10)
+
+    assert error.code == "model_error"
+    assert "mid-stream: no answer within 0.5s" in error.message
+    assert len(provider.requests) == 1, "no fallback once text went out"

@@ -25,6 +25,7 @@ from runbus.service import ServiceOptions
 from runbus.telemetry import create_tracer_provider
 from tests.integration.model_provider import (
     CTX,
+    Reply,
     answer,
     ask,
     chunk,
@@ -36,7 +37,6 @@ from tests.integration.model_provider import (
     usage_chunk,
     user,
 )
-from tests.integration.model_provider import Reply as ProviderReply
 from tests.stack import SecuredNats
 
 WEATHER = ToolSpec(
@@ -296,7 +296,7 @@ backend = "plain"
 model = "gpt"
 """
         thinker.script(
-            ProviderReply(
+            Reply(
                 chunks=[
                     chunk(extra={"reasoning_content": "Sydney is in NSW."}),
                     chunk(content="Sydney.", finish_reason="stop"),
@@ -348,3 +348,48 @@ async def test_each_call_is_a_chat_span_naming_the_provider_and_its_usage(
         11,
         7,
     )
+
+
+async def test_a_server_answering_the_whole_completion_at_once_is_read_too(
+    nats_server: SecuredNats, nc: NATS
+) -> None:
+    async with loopback() as provider, router(nats_server.url, one_route(provider.base_url)):
+        whole = tool_reply([("c-1", "get_weather", '{"city": "Sydney"}')], usage=(50, 8))
+        whole.whole = True
+        provider.script(whole)
+
+        response = await answer(nc, ask("Weather?", tools=[WEATHER]))
+
+    assert response.finish_reason == "tool_calls"
+    assert response.message.function_calls == [
+        FunctionCallContent(call_id="c-1", name="get_weather", arguments={"city": "Sydney"})
+    ]
+    assert response.usage == Usage(input_tokens=50, output_tokens=8)
+
+
+async def test_calls_one_after_another_reuse_one_connection_to_the_provider(
+    nats_server: SecuredNats, nc: NATS
+) -> None:
+    async with loopback() as provider, router(nats_server.url, one_route(provider.base_url)):
+        for index in range(3):
+            await answer(nc, ask(f"call {index}"))
+
+    assert len(provider.requests) == 3
+    assert provider.connections == 1
+
+
+async def test_a_backends_own_headers_reach_the_provider_and_replace_ours_by_name(
+    nats_server: SecuredNats, nc: NATS
+) -> None:
+    async with loopback() as provider:
+        routes = one_route(provider.base_url).replace(
+            "[routes.cheap]\n",
+            '[backends.lb.headers]\nX-Team = "travel"\nAuthorization = "Bearer gateway-key"\n'
+            "[routes.cheap]\n",
+        )
+        async with router(nats_server.url, routes):
+            await answer(nc, ask("hi"))
+
+    [headers] = provider.headers
+    assert headers["x-team"] == "travel"
+    assert headers["authorization"] == "Bearer gateway-key"

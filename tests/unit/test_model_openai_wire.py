@@ -3,7 +3,7 @@
 import base64
 from typing import Any
 
-from openai.types.chat import ChatCompletionChunk
+import msgspec
 
 from runbus.messages import (
     ChatMessage,
@@ -18,8 +18,10 @@ from runbus.messages import (
     UsageContent,
 )
 from runbus_model_router.openai_wire import (
+    CHUNK_DECODER,
     NOT_RUN,
     StreamAssembler,
+    WireChunk,
     to_openai_messages,
     to_openai_tools,
 )
@@ -31,8 +33,13 @@ def msg(role: Any, *contents: Any) -> ChatMessage:
     return ChatMessage(role=role, contents=list(contents))
 
 
-def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> ChatCompletionChunk:
-    return ChatCompletionChunk.model_validate(
+def wire(body: dict[str, Any]) -> WireChunk:
+    """A chunk as the backend decodes it: from the JSON bytes a provider sends."""
+    return CHUNK_DECODER.decode(msgspec.json.encode(body))
+
+
+def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> WireChunk:
+    return wire(
         {
             "id": "c-1",
             "object": "chat.completion.chunk",
@@ -182,7 +189,7 @@ def test_streamed_text_is_returned_piece_by_piece_and_assembled_with_usage() -> 
         assembler.feed(chunk({"content": "ny"})),
         assembler.feed(chunk({}, finish="stop")),
         assembler.feed(
-            ChatCompletionChunk.model_validate(
+            wire(
                 {
                     "id": "c-1",
                     "object": "chat.completion.chunk",
@@ -266,3 +273,62 @@ def test_unreadable_arguments_are_reported_and_almost_json_is_repaired() -> None
     assert result.repaired == ["b"]
     assert result.contents[1] == FunctionCallContent(call_id="b", name="g", arguments={"y": 2})
     assert result.contents[0] == FunctionCallContent(call_id="a", name="f", arguments={})
+
+
+def test_a_whole_completion_is_assembled_like_a_stream() -> None:
+    """A server that answers at once: calls listed without an index, arguments as an object,
+    a null reasoning field."""
+    assembler = StreamAssembler()
+    text = assembler.feed(
+        wire(
+            {
+                "id": "c-2",
+                "object": "chat.completion",
+                "model": "m-2025",
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "tool_calls",
+                        "message": {
+                            "role": "assistant",
+                            "content": "Checking.",
+                            "reasoning": None,
+                            "tool_calls": [
+                                {"id": "a", "function": {"name": "f", "arguments": '{"x": 1}'}},
+                                {"id": "b", "function": {"name": "g", "arguments": {"y": 2}}},
+                            ],
+                        },
+                    }
+                ],
+                "usage": {"prompt_tokens": 9, "completion_tokens": 4, "total_tokens": 13},
+            }
+        )
+    )
+
+    result = assembler.result()
+
+    assert text == "Checking."
+    assert result.contents == [
+        TextContent(text="Checking."),
+        FunctionCallContent(call_id="a", name="f", arguments={"x": 1}),
+        FunctionCallContent(call_id="b", name="g", arguments={"y": 2}),
+    ]
+    assert result.usage == Usage(input_tokens=9, output_tokens=4)
+    assert result.finish_reason == "tool_calls"
+
+
+def test_fields_runbus_does_not_read_are_skipped_and_an_error_event_is_kept() -> None:
+    extra = wire(
+        {
+            "id": "c-3",
+            "model": "m",
+            "system_fingerprint": "fp",
+            "choices": [{"index": 0, "delta": {"content": "x", "refusal": None}, "logprobs": {}}],
+            "timings": {"prompt_n": 31},
+            "usage": None,
+        }
+    )
+    error = wire({"error": {"message": "overloaded", "type": "server_error"}})
+
+    assert StreamAssembler().feed(extra) == "x"
+    assert error.error == {"message": "overloaded", "type": "server_error"}

@@ -30,6 +30,7 @@ from .backends import OnDelta
 from .config import RouterConfig, TargetConfig
 from .errors import (
     BadToolArguments,
+    ContextTooLong,
     InvalidToolArguments,
     ModelUnavailable,
     ProviderFailure,
@@ -123,6 +124,8 @@ class Router:
             await on_delta(text)
 
         failures: list[str] = []
+        too_long: ContextTooLong | None = None
+        other_failure = False
         for target, prepared in plan.attempts:
             guard = self.guards[target.key]
             if plan.features.has_reasoning:
@@ -131,11 +134,28 @@ class Router:
             for attempt in range(target.config.retries + 1):
                 if not guard.breaker.try_acquire():
                     failures.append(f"{target.key}: circuit open")
+                    other_failure = True
                     break
                 try:
                     async with guard.slot(plan.features.tokens):
                         call = ModelCall(ctx, plan.route.name, target, prepared, tracked, attempt)
                         response = await self._with_repair(call, plan)
+                except ContextTooLong as exc:
+                    # Says nothing about the target's health; a target with a larger context
+                    # may still take the prompt, so the route moves on without retrying here.
+                    guard.breaker.release()
+                    failures.append(f"{target.key}: {exc.reason}")
+                    log.info(
+                        "model_target_context_too_long",
+                        target=target.key,
+                        prompt_tokens=exc.prompt_tokens,
+                        context_tokens=exc.context_tokens,
+                        provider=exc.provider,
+                    )
+                    if streamed:
+                        raise StreamBroken(target.key, exc.reason) from None
+                    too_long = exc
+                    break
                 except ProviderFailure as exc:
                     if isinstance(exc, ProviderUnavailable | TargetMisconfigured):
                         guard.breaker.record_failure()
@@ -143,6 +163,7 @@ class Router:
                         guard.breaker.release()
                         raise
                     failures.append(f"{target.key}: {exc.reason}")
+                    other_failure = True
                     log.info(
                         "model_target_failed",
                         target=target.key,
@@ -163,6 +184,8 @@ class Router:
                     raise
                 guard.breaker.record_success()
                 return self._finish(ctx, plan, target, request, response, day)
+        if too_long is not None and not other_failure:
+            raise too_long  # each target tried refused the prompt as too long for it
         raise ModelUnavailable(plan.route.name, failures)
 
     @staticmethod

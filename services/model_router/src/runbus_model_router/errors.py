@@ -151,6 +151,45 @@ class ProviderRejected(ProviderFailure):
     """The provider refused the request itself (400, 422): no other target will do better."""
 
 
+class ContextTooLong(ProviderRejected):
+    """The provider refused the prompt as longer than the model's context window. Its message
+    is written for the run's owner: the prompt only shrinks by what the agent sends, so it says
+    how (another target of the route, with a larger context, may still take it)."""
+
+    code = "context_too_long"
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        prompt_tokens: int | None = None,
+        context_tokens: int | None = None,
+        status: int | None = None,
+        provider: str = "",
+    ) -> None:
+        sizes = ""
+        if prompt_tokens and context_tokens:
+            sizes = f" ({prompt_tokens} tokens; it holds {context_tokens})"
+        elif context_tokens:
+            sizes = f" (it holds {context_tokens} tokens)"
+        elif prompt_tokens:
+            sizes = f" ({prompt_tokens} tokens)"
+        super().__init__(
+            f"the prompt is too long for model {model!r}{sizes}. Send less: give the agent a "
+            "compaction policy (its [compaction] table, e.g. strategy context_window), load a "
+            "shorter history (last_turns), or route it to a model with a larger context",
+            status=status,
+            model=model,
+            prompt_tokens=prompt_tokens,
+            context_tokens=context_tokens,
+        )
+        self.model = model
+        self.prompt_tokens = prompt_tokens
+        self.context_tokens = context_tokens
+        self.provider = provider
+        """The provider's own words, for the log (never shown to the run's owner)."""
+
+
 class BadToolArguments(ModelError):
     """Raised by a backend: the reply's tool calls carry arguments that are not a JSON object.
 

@@ -1,19 +1,23 @@
-"""The OpenAI-compatible backend: chat completions through the official `openai` SDK, always
-streamed, so OpenAI, Azure OpenAI, Ollama, vLLM, llama.cpp and LM Studio work by base URL.
+"""The OpenAI-compatible backend: chat completions over HTTP, always streamed, so OpenAI, Azure
+OpenAI, Ollama, vLLM, llama.cpp and LM Studio work by base URL.
 
-The SDK's own retries are off: the router retries, backs off and falls back itself, and needs
-every failure classified (`errors.ProviderFailure` subclasses) to do so.
+The request is encoded and each streamed chunk decoded by msgspec into the few fields runbus
+reads (`openai_wire`), over one pooled `httpx2` client per backend (the transport the openai SDK
+itself uses): the SDK's typed layer, a pydantic model per chunk, cost more CPU per call than
+the rest of the router. Nothing is retried here: the router retries, backs off and falls back
+itself, and needs every failure classified (`errors.ProviderFailure` subclasses) to do so.
 """
 
+import asyncio
 import os
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
-from typing import Any
-from urllib.parse import urlsplit
+from typing import Any, Final
+from urllib.parse import quote, urlsplit
 
-import openai
+import httpx2
+import msgspec
 import structlog
-from openai import AsyncAzureOpenAI, AsyncOpenAI
 
 from runbus.errors import RunbusError
 from runbus.messages import (
@@ -31,71 +35,85 @@ from . import structured_tools
 from ._common import estimate_usage
 from .backends import OnDelta
 from .config import BackendConfig, RouteConfigError
-from .errors import (
-    BadToolArguments,
-    ProviderRejected,
-    ProviderUnavailable,
-    TargetMisconfigured,
+from .errors import BadToolArguments, ProviderUnavailable
+from .openai_wire import (
+    CHUNK_DECODER,
+    REQUEST_ENCODER,
+    Assembled,
+    StreamAssembler,
+    WireChunk,
+    to_openai_messages,
+    to_openai_tools,
 )
-from .openai_wire import Assembled, StreamAssembler, to_openai_messages, to_openai_tools
+from .provider_errors import classify_status, classify_stream_error
+from .sse import SSEDecoder
 
 log = structlog.get_logger()
 
-NO_KEY = "not-needed"
-"""Sent when the backend names no key: local servers ignore it, the SDK insists on one."""
+NO_KEY: Final = "not-needed"
+"""Sent when the backend names no key: local servers ignore it (as the SDK always sent one)."""
+OPENAI_URL: Final = "https://api.openai.com/v1"
+LIMITS: Final = httpx2.Limits(max_connections=1000, max_keepalive_connections=100)
+"""The openai SDK's pool: a gateway may have a thousand runs waiting on one provider."""
+DRAIN_SECONDS: Final = 0.1
+"""How long the rest of a body is read after `[DONE]`, so its connection can be reused."""
+USER_AGENT: Final = "runbus-model-router"
 
 
-def open_client(name: str, config: BackendConfig) -> AsyncOpenAI:
-    key = NO_KEY
-    if config.api_key_env:
-        key = os.environ.get(config.api_key_env, "")
-        if not key:
-            raise RouteConfigError(
-                f"backends.{name}", f"api_key_env {config.api_key_env!r} is not set"
-            )
-    if config.type == "azure":
-        return AsyncAzureOpenAI(
-            api_key=key,
-            azure_endpoint=config.base_url or "",
-            api_version=config.api_version,
-            max_retries=0,
-            default_headers=config.headers or None,
-        )
-    return AsyncOpenAI(
-        api_key=key,
-        base_url=config.base_url,
-        max_retries=0,
-        default_headers=config.headers or None,
-    )
+class OpenAIEndpoint:
+    """One backend's HTTP side: the chat-completions URL of a model, the credential and extra
+    headers, one connection pool."""
+
+    def __init__(self, name: str, config: BackendConfig) -> None:
+        key = NO_KEY
+        if config.api_key_env:
+            key = os.environ.get(config.api_key_env, "")
+            if not key:
+                raise RouteConfigError(
+                    f"backends.{name}", f"api_key_env {config.api_key_env!r} is not set"
+                )
+        headers = {
+            "accept": "application/json",
+            "content-type": "application/json",
+            "user-agent": USER_AGENT,
+        }
+        # As the SDK does, OpenAI's organization and project come from the environment.
+        if organization := os.environ.get("OPENAI_ORG_ID"):
+            headers["openai-organization"] = organization
+        if project := os.environ.get("OPENAI_PROJECT_ID"):
+            headers["openai-project"] = project
+        self.azure = config.type == "azure"
+        self.query: dict[str, str] = {}
+        if self.azure:
+            base = f"{(config.base_url or '').rstrip('/')}/openai"
+            headers["api-key"] = key
+            self.query["api-version"] = config.api_version or ""
+        else:
+            base = config.base_url or os.environ.get("OPENAI_BASE_URL") or OPENAI_URL
+            headers["authorization"] = f"Bearer {key}"
+        merged = httpx2.Headers(headers)
+        merged.update(config.headers)  # by name, whatever its case: a backend's own win
+        self.base_url = base.rstrip("/") + "/"
+        self.http = httpx2.AsyncClient(headers=merged, limits=LIMITS)
+
+    def url(self, model: str) -> str:
+        """Where `model`'s chat completions go (Azure: the deployment named `model`)."""
+        if self.azure:
+            return f"{self.base_url}deployments/{quote(model, safe='')}/chat/completions"
+        return f"{self.base_url}chat/completions"
+
+    async def close(self) -> None:
+        await self.http.aclose()
 
 
-def server_of(client: AsyncOpenAI) -> tuple[str, int]:
+def open_client(name: str, config: BackendConfig) -> OpenAIEndpoint:
+    return OpenAIEndpoint(name, config)
+
+
+def server_of(client: OpenAIEndpoint) -> tuple[str, int]:
     """`server.address` and `server.port` of the span."""
-    url = urlsplit(str(client.base_url))
+    url = urlsplit(client.base_url)
     return url.hostname or "", url.port or (443 if url.scheme == "https" else 80)
-
-
-def retry_after(headers: Any) -> float | None:
-    """Seconds from `retry-after-ms` or `retry-after` (seconds or an HTTP date), if sent."""
-    if raw := headers.get("retry-after-ms"):
-        try:
-            return max(0.0, float(raw) / 1000)
-        except ValueError:
-            pass
-    raw = headers.get("retry-after")
-    if not raw:
-        return None
-    try:
-        return max(0.0, float(raw))
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(raw)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
 class OpenAIChatModel:
@@ -105,7 +123,7 @@ class OpenAIChatModel:
 
     def __init__(
         self,
-        client: AsyncOpenAI,
+        client: OpenAIEndpoint,
         *,
         model: str,
         config: BackendConfig,
@@ -117,6 +135,9 @@ class OpenAIChatModel:
         self.config = config
         self.timeout = timeout
         self.native_tools = native_tools
+        self.url = client.url(model)
+        # Connecting, and every read of the stream, may each take this long: a chunk resets it.
+        self._timeout = httpx2.Timeout(timeout)
 
     def _params(self, request: ModelRequest) -> dict[str, Any]:
         params: dict[str, Any] = {
@@ -154,30 +175,24 @@ class OpenAIChatModel:
         if structured:
             params["response_format"] = structured_tools.response_format(offered)
         try:
-            stream = await self.client.chat.completions.create(**params, timeout=self.timeout)
-            async with stream:
-                async for chunk in stream:
-                    if (text := assembler.feed(chunk)) and not structured:
-                        await on_delta(text)
-        except openai.APITimeoutError:
+            await self._exchange(
+                REQUEST_ENCODER.encode(params), assembler, None if structured else on_delta
+            )
+        except httpx2.TimeoutException:
             raise ProviderUnavailable(f"no answer within {self.timeout:g}s") from None
-        except openai.APIConnectionError as exc:
+        except httpx2.RequestError as exc:
             # Name the server and where it is configured: the operator's next step.
             raise ProviderUnavailable(
                 f"model server at {self.client.base_url} (a backend's base_url in "
-                f"RUNBUS_MODEL_ROUTES) does not answer: {exc.__cause__ or exc}"
+                f"RUNBUS_MODEL_ROUTES) does not answer: {exc or type(exc).__name__}"
             ) from None
-        except openai.APIStatusError as exc:
-            raise _classify(exc) from None
-        except openai.APIError as exc:  # an error event inside the stream
-            raise ProviderUnavailable(f"stream error: {exc.message}") from None
-        except ValueError as exc:  # an event that is not JSON
+        except msgspec.DecodeError as exc:  # an event that is not a chunk
             raise ProviderUnavailable(f"unreadable stream: {exc}") from None
         except RunbusError:
             raise
         except Exception as exc:
-            # Whatever else the SDK lets through is still this provider failing: the route's
-            # retries and fallbacks handle it, and the run does not fail as `internal`.
+            # Whatever else goes wrong is still this provider failing: the route's retries and
+            # fallbacks handle it, and the run does not fail as `internal`.
             log.exception("provider_call_failed", model=self.model)
             raise ProviderUnavailable(f"unexpected {type(exc).__name__}: {exc}") from None
         reply = assembler.result()
@@ -197,6 +212,70 @@ class OpenAIChatModel:
             usage=usage,
         )
 
+    async def _exchange(
+        self, body: bytes, assembler: StreamAssembler, on_delta: OnDelta | None
+    ) -> None:
+        """Send the request and feed `assembler` the reply. Leaving early (a cancel, an error)
+        closes the response, and with it the connection the provider streams on."""
+        async with self.client.http.stream(
+            "POST",
+            self.url,
+            content=body,
+            params=self.client.query,
+            timeout=self._timeout,
+        ) as response:
+            if not response.is_success:
+                raise classify_status(
+                    response.status_code,
+                    response.headers,
+                    await response.aread(),
+                    model=self.model,
+                )
+            if response.headers.get("content-type", "").startswith("application/json"):
+                # A server that answered the whole completion at once.
+                await self._feed(CHUNK_DECODER.decode(await response.aread()), assembler, on_delta)
+                return
+            pieces = response.aiter_bytes()
+            try:
+                if await self._read_events(pieces, assembler, on_delta):
+                    await _drain(pieces)
+            finally:
+                await pieces.aclose()
+
+    async def _read_events(
+        self, pieces: AsyncIterator[bytes], assembler: StreamAssembler, on_delta: OnDelta | None
+    ) -> bool:
+        """Feed each event's chunk to `assembler`; True when `[DONE]` ended the stream."""
+        events = SSEDecoder()
+        async for piece in pieces:
+            for data in events.feed(piece):
+                if data.startswith(b"[DONE]"):
+                    return True
+                await self._feed(CHUNK_DECODER.decode(data), assembler, on_delta)
+        for data in events.close():
+            if not data.startswith(b"[DONE]"):
+                await self._feed(CHUNK_DECODER.decode(data), assembler, on_delta)
+        return False
+
+    async def _feed(
+        self, chunk: WireChunk, assembler: StreamAssembler, on_delta: OnDelta | None
+    ) -> None:
+        if chunk.error is not None:
+            raise classify_stream_error(chunk.error, model=self.model)
+        if (text := assembler.feed(chunk)) and on_delta is not None:
+            await on_delta(text)
+
+
+async def _drain(pieces: AsyncIterator[bytes]) -> None:
+    """Read what follows `[DONE]` (the end of the chunked body) for a short while, so the
+    connection goes back to the pool instead of being closed."""
+    try:
+        async with asyncio.timeout(DRAIN_SECONDS):
+            async for _ in pieces:
+                pass
+    except (TimeoutError, httpx2.HTTPError, httpx2.StreamError):
+        pass
+
 
 async def _read_structured(
     reply: Assembled, tools: list[ToolSpec], on_delta: OnDelta
@@ -210,15 +289,3 @@ async def _read_structured(
     if answer:
         await on_delta(answer)
     return [*kept, *read], reply.finish_reason
-
-
-def _classify(exc: openai.APIStatusError) -> Exception:
-    status = exc.status_code
-    reason = f"HTTP {status}: {exc.message}"
-    if status == 429 or status >= 500 or status in (408, 409):
-        return ProviderUnavailable(
-            reason, status=status, retry_after=retry_after(exc.response.headers)
-        )
-    if status in (401, 403, 404):
-        return TargetMisconfigured(reason, status=status)
-    return ProviderRejected(reason, status=status)

@@ -3,7 +3,8 @@
 Outbound: every content type mapped (text, images and files as data URLs, audio as
 `input_audio`, URIs, function calls and results, reasoning for the family that reads it back),
 tool schemas, and a prompt the API accepts (each tool call answered, no orphan results).
-Inbound: a stream of chunks assembled into one assistant message, usage and finish reason.
+Inbound: the few fields runbus reads of a streamed chunk or a whole completion, decoded by
+msgspec straight from the bytes, assembled into one assistant message, usage and finish reason.
 """
 
 import base64
@@ -11,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from openai.types.chat import ChatCompletionChunk
+import msgspec
 
 from runbus.messages import (
     ChatMessage,
@@ -31,8 +32,6 @@ from .features import is_audio, is_image
 from .repair import ArgumentsError, parse_arguments
 
 NOT_RUN: Final = "no result: the call was not run"
-REASONING_FIELDS: Final = ("reasoning_content", "reasoning")
-"""Where OpenAI-compatible servers (DeepSeek, vLLM, Ollama, OpenRouter) put reasoning."""
 _AUDIO_FORMATS: Final = {"audio/wav": "wav", "audio/x-wav": "wav", "audio/mpeg": "mp3"}
 
 Param = dict[str, Any]
@@ -178,6 +177,58 @@ def to_openai_tools(tools: list[ToolSpec]) -> list[Param]:
     ]
 
 
+class WireFunction(msgspec.Struct):
+    name: str | None = None
+    arguments: str | dict[str, Any] | None = None
+    """A JSON text; a few servers answer a whole completion with the object itself."""
+
+
+class WireToolCall(msgspec.Struct):
+    index: int | None = None
+    """Which call a streamed fragment continues; absent in a whole completion's list."""
+    id: str | None = None
+    function: WireFunction | None = None
+
+
+class WireMessage(msgspec.Struct):
+    """A chunk's `delta`, or a whole completion's `message`."""
+
+    content: str | None = None
+    tool_calls: list[WireToolCall] | None = None
+    reasoning_content: Any = None
+    reasoning: Any = None
+    """Where OpenAI-compatible servers (DeepSeek, vLLM, Ollama, OpenRouter) put reasoning; read
+    only when it is text (a server may send null or an object there)."""
+
+
+class WireChoice(msgspec.Struct):
+    index: int = 0
+    delta: WireMessage | None = None
+    message: WireMessage | None = None
+    finish_reason: str | None = None
+
+
+class WireUsage(msgspec.Struct):
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+class WireChunk(msgspec.Struct):
+    """One streamed `chat.completion.chunk`, or a whole `chat.completion`: only what runbus
+    reads; every other field is skipped by the decoder without being built."""
+
+    id: str | None = None
+    model: str | None = None
+    choices: list[WireChoice] | None = None
+    usage: WireUsage | None = None
+    error: Any = None
+    """An error event inside the stream (`{"error": {"message": …}}`)."""
+
+
+CHUNK_DECODER: Final = msgspec.json.Decoder(WireChunk)
+REQUEST_ENCODER: Final = msgspec.json.Encoder()
+
+
 @dataclass
 class _PartialCall:
     call_id: str = ""
@@ -212,34 +263,39 @@ class StreamAssembler:
         self.model = ""
         self.response_id = ""
 
-    def feed(self, chunk: ChatCompletionChunk) -> str:
+    def feed(self, chunk: WireChunk) -> str:
         self.model = chunk.model or self.model
         self.response_id = chunk.id or self.response_id
         if chunk.usage is not None:
             self.usage = Usage(
-                input_tokens=chunk.usage.prompt_tokens,
-                output_tokens=chunk.usage.completion_tokens,
+                input_tokens=chunk.usage.prompt_tokens or 0,
+                output_tokens=chunk.usage.completion_tokens or 0,
             )
         delta_text = ""
-        for choice in chunk.choices:
+        for choice in chunk.choices or ():
             if choice.index != 0:
                 continue
-            delta = choice.delta
             if choice.finish_reason:
                 self.finish = choice.finish_reason
+            delta = choice.delta or choice.message
+            if delta is None:
+                continue
             if delta.content:
                 delta_text += delta.content
-            extra = delta.model_extra or {}
-            for name in REASONING_FIELDS:
-                if isinstance(piece := extra.get(name), str):
+            for piece in (delta.reasoning_content, delta.reasoning):
+                if isinstance(piece, str):
                     self.reasoning.append(piece)
                     break
-            for call in delta.tool_calls or []:
-                partial = self.calls.setdefault(call.index, _PartialCall())
+            for position, call in enumerate(delta.tool_calls or ()):
+                index = position if call.index is None else call.index
+                partial = self.calls.setdefault(index, _PartialCall())
                 partial.call_id = call.id or partial.call_id
-                if call.function is not None:
-                    partial.name += call.function.name or ""
-                    partial.arguments.append(call.function.arguments or "")
+                if (function := call.function) is not None:
+                    partial.name += function.name or ""
+                    arguments = function.arguments
+                    if isinstance(arguments, dict):
+                        arguments = json.dumps(arguments)
+                    partial.arguments.append(arguments or "")
         if delta_text:
             self.text.append(delta_text)
         return delta_text

@@ -11,7 +11,6 @@ import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
-from openai import AsyncOpenAI
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.sdk.trace import TracerProvider
 
@@ -32,7 +31,7 @@ from .core import Router
 from .errors import RunCancelled
 from .ledger import KvLedger, KvProvenance, open_bucket
 from .middleware import ChatMiddleware, Metrics, PromptAudit, Redactor, Tracing
-from .openai_chat import OpenAIChatModel, open_client, server_of
+from .openai_chat import OpenAIChatModel, OpenAIEndpoint, open_client, server_of
 from .plugins import load_backends
 from .routing import Target, build_table
 from .usage import report, utc_day
@@ -60,7 +59,7 @@ class ModelRouterService(Service):
         `config` adds the routes file's backends, routes, rules and budgets."""
         super().__init__(nc, options=options)
         self.config = config or RouterConfig()
-        self.clients: dict[str, AsyncOpenAI] = {}
+        self.clients: dict[str, OpenAIEndpoint] = {}
         self.table = build_table(routes, self.config, self._openai_target)
         audit = (
             [PromptAudit(Redactor(self.config.audit.redact))] if self.config.audit.enabled else []

@@ -317,6 +317,7 @@ SAFE_CODES: Final = frozenset(
         "deadline_exceeded",
         "dead_lettered",
         "conflict",
+        "context_too_long",
     }
 )
 """Codes whose messages runbus writes for the caller (they name the caller's own input or
