@@ -11,6 +11,7 @@ JSON-RPC error with A2A's code.
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from typing import Any, Final
@@ -67,6 +68,9 @@ log = structlog.get_logger()
 
 HANDLER: Final = RunbusRequestHandler()
 HANDLER_03: Final = RequestHandler03(HANDLER)
+
+_HOST: Final = re.compile(r"[A-Za-z0-9.\-]+(:[0-9]{1,5})?|\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?")
+"""A host (and port) a forwarded header may name; anything else is ignored."""
 
 SUPPORTED_VERSIONS: Final = frozenset({"0.3", "1.0"})
 """Major.minor versions of A2A a caller may name in `A2A-Version`."""
@@ -132,7 +136,20 @@ async def on_agent_card(request: web.Request) -> web.Response:
     agent = identifier(request, "agent")
     async with ingress_of(request).client(request) as client:
         summary = await _agent(client, agent)
-    return json_response(card_document(agent_card(summary, str(request.url.origin()))))
+    return json_response(card_document(agent_card(summary, public_base(request))))
+
+
+def public_base(request: web.Request) -> str:
+    """Scheme, host and port as the caller reached the ingress: a proxy in front that
+    terminates TLS or renames the host says so in `X-Forwarded-Proto` / `X-Forwarded-Host`
+    (the card names the endpoint the caller is to use; it grants nothing)."""
+    scheme = request.headers.get("X-Forwarded-Proto", "").split(",")[0].strip()
+    host = request.headers.get("X-Forwarded-Host", "").split(",")[0].strip()
+    if scheme not in ("http", "https"):
+        scheme = request.scheme
+    if not _HOST.fullmatch(host):
+        host = request.host
+    return f"{scheme}://{host}"
 
 
 async def on_rpc(request: web.Request) -> web.StreamResponse:
