@@ -5,31 +5,48 @@ session, tasks read back, owner-bound tasks and contexts, and JSON-RPC errors by
 import json
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import httpx
+import msgspec
 import pytest
 from a2a.client import A2ACardResolver, Client, ClientConfig, ClientFactory
 from a2a.compat.v0_3 import types as v03
 from a2a.types import (
     AgentCard,
+    CancelTaskRequest,
     GetTaskRequest,
     Message,
     Part,
     Role,
     SendMessageRequest,
     StreamResponse,
+    SubscribeToTaskRequest,
     Task,
     TaskState,
 )
-from a2a.utils.errors import TaskNotFoundError
+from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError
 from google.protobuf import json_format
 
 from runbus import ops
 from runbus.client import RunbusClient
-from runbus.messages import HistoryLoad, RunCompleted, TextContent
-from tests.integration.ingress.conftest import ALICE, BOB
+from runbus.messages import (
+    HistoryLoad,
+    ModelRequest,
+    ModelResponse,
+    RunCompleted,
+    TextContent,
+    Usage,
+)
+from runbus_examples import AGENTS_DIR
+from runbus_gateway.agents import load_agents
+from runbus_model_router.backends import OnDelta
+from tests.helpers import eventually
+from tests.integration.ingress.conftest import ALICE, BOB, ingress
+from tests.models import call, text, turn_step
+from tests.stack import SecuredNats, start_stack
 
 AGENT = "/v1/a2a/travel"
 
@@ -282,3 +299,121 @@ async def test_an_a2a_0_3_client_uses_message_send_and_tasks_get(
     assert task.artifacts is not None
     assert task.artifacts[0].parts[0].root.text == final.text  # type: ignore[union-attr]
     assert read.status.state == v03.TaskState.completed
+
+
+class BookingModel:
+    """Books business class (over the approval limit), then says it is booked."""
+
+    name = "booking"
+
+    async def complete(self, request: ModelRequest, on_delta: OnDelta) -> ModelResponse:
+        if turn_step(request) == 0:
+            message = call("create_booking", "c-book", flight_id="QF412-20261208", cabin="business")
+        else:
+            await on_delta("Booked.")
+            message = text("Booked.")
+        return ModelResponse(
+            message=message,
+            model="booking",
+            finish_reason="tool_calls" if message.function_calls else "stop",
+            usage=Usage(input_tokens=10, output_tokens=3),
+        )
+
+
+@pytest.fixture
+async def booking_base(nats_server: SecuredNats, tmp_path: Path) -> AsyncIterator[str]:
+    """The ingress before a stack whose travel agent books business class (needs approval)."""
+    model = BookingModel()
+    agents = {"travel": msgspec.structs.replace(load_agents(AGENTS_DIR)["travel"], model="booking")}
+    async with (
+        start_stack(nats_server.url, data_dir=tmp_path, agents=agents, routes={"booking": model}),
+        ingress(nats_server.url) as (base, _),
+    ):
+        yield base
+
+
+async def test_a_call_waiting_for_approval_returns_the_task_input_required_until_decided(
+    booking_base: str,
+) -> None:
+    async with (
+        httpx.AsyncClient(headers=ALICE, timeout=30) as http,
+        httpx.AsyncClient(headers=BOB, timeout=30) as bob_http,
+    ):
+        card = await card_of(booking_base, ALICE)
+        client = ClientFactory(ClientConfig(httpx_client=http, streaming=False)).create(card)
+        bob = ClientFactory(ClientConfig(httpx_client=bob_http, streaming=False)).create(card)
+        task = await whole(client, message("Book QF412 in business, please"))
+        waiting = json_format.MessageToDict(task.status.message.parts[1].data)
+        call_id = waiting["approval_requested"]["call_id"]
+        with pytest.raises(TaskNotFoundError):
+            await bob.cancel_task(CancelTaskRequest(id=task.id))
+        # Follow the task from here, then decide: the updates run on to its end.
+        streaming = ClientFactory(ClientConfig(httpx_client=http, streaming=True)).create(card)
+        updates = streaming.subscribe(SubscribeToTaskRequest(id=task.id))
+        snapshot = await anext(updates)
+        decided = await http.post(
+            f"{booking_base}/v1/runs/{task.id}/approvals/{call_id}", json={"decision": "approved"}
+        )
+        rest = [r async for r in updates]
+        done = await client.get_task(GetTaskRequest(id=task.id))
+        with pytest.raises(TaskNotCancelableError):
+            await client.cancel_task(CancelTaskRequest(id=task.id))
+
+    assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    assert f"/v1/runs/{task.id}/approvals/{call_id}" in task.status.message.parts[0].text
+    assert snapshot.task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    assert decided.status_code == 200
+    assert rest[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
+    assert (done.status.state, answer_of(done)) == (TaskState.TASK_STATE_COMPLETED, "Booked.")
+
+
+async def test_cancelling_a_waiting_task_cancels_its_run(booking_base: str) -> None:
+    async with httpx.AsyncClient(headers=ALICE, timeout=30) as http:
+        card = await card_of(booking_base, ALICE)
+        client = ClientFactory(ClientConfig(httpx_client=http, streaming=False)).create(card)
+        task = await whole(client, message("Book QF412 in business, please"))
+        await client.cancel_task(CancelTaskRequest(id=task.id))
+
+        async def cancelled() -> bool:
+            read = await client.get_task(GetTaskRequest(id=task.id))
+            return read.status.state == TaskState.TASK_STATE_CANCELED
+
+        await eventually(cancelled, what="the task is cancelled")
+
+
+async def test_an_a2a_0_3_client_streams_with_message_stream(
+    http: aiohttp.ClientSession, alice: RunbusClient
+) -> None:
+    request = v03.SendStreamingMessageRequest(
+        id="s1",
+        params=v03.MessageSendParams(
+            message=v03.Message(
+                message_id="m-03-stream",
+                role=v03.Role.user,
+                parts=[v03.Part(root=v03.TextPart(text="Weather in Sydney?"))],
+            )
+        ),
+    )
+    body = request.model_dump(mode="json", by_alias=True, exclude_none=True)
+    frames: list[v03.SendStreamingMessageSuccessResponse] = []
+    async with http.post(AGENT, json=body, headers=ALICE) as response:
+        assert response.headers["Content-Type"].startswith("text/event-stream")
+        async for raw in response.content:
+            line = raw.decode().rstrip("\r\n")
+            if line.startswith("data: "):
+                frames.append(v03.SendStreamingMessageSuccessResponse.model_validate_json(line[6:]))
+    task = frames[0].result
+    assert isinstance(task, v03.Task)
+    final = await completed(alice, task.id)
+    last = frames[-1].result
+
+    assert {f.id for f in frames} == {"s1"}
+    assert isinstance(last, v03.TaskStatusUpdateEvent)
+    assert last.status.state == v03.TaskState.completed
+    assert last.final
+    answers = [
+        f.result.artifact
+        for f in frames
+        if isinstance(f.result, v03.TaskArtifactUpdateEvent) and f.result.last_chunk
+    ]
+    assert answers[-1].parts[0].root.text == final.text  # type: ignore[union-attr]
