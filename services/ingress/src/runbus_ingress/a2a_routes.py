@@ -123,6 +123,8 @@ _V03_PUSH: Final = frozenset(
     }
 )
 METHODS: Final = frozenset({*_V1_UNARY, *_V1_STREAMING, *_V03_METHODS, *_V03_PUSH})
+STREAMING: Final = frozenset({*_V1_STREAMING, "message/stream", "tasks/resubscribe"})
+"""Methods answered as Server-Sent Events."""
 
 ERROR_BY_CODE: Final[dict[str, type[A2AError]]] = {
     "bad_request": InvalidParamsError,
@@ -171,10 +173,7 @@ async def on_rpc(request: web.Request) -> web.StreamResponse:
         context = ServerCallContext(state=state)
         try:
             with caller_trace(request):
-                if envelope.method in _V1_STREAMING or envelope.method in (
-                    "message/stream",
-                    "tasks/resubscribe",
-                ):
+                if envelope.method in STREAMING:
                     frames = _stream(envelope, context)
                     first = await anext(frames)
                 else:
