@@ -1,5 +1,6 @@
 """The deployment files (compose.yaml, deploy/) are valid for the tools that read them and agree
-with the code: six services, each started as `runbus serve <name>`, only known settings.
+with the code: six services, each started as `runbus serve <name>`, the HTTP ingress as
+`runbus http`, only known settings.
 
 Everything here runs offline: the compose-spec schema is the one check-jsonschema vendors,
 the Kubernetes schemas are the ones kubernetes-validate ships, and the NATS configs are parsed
@@ -40,6 +41,7 @@ SERVICES = (
     "model_router",
     "tool_executor",
 )
+INGRESS = "ingress"
 SCALED_IN_COMPOSE = {"auth", "gateway", "model_router", "tool_executor"}
 AUTOSCALED = {"gateway", "tool_executor"}
 KUBERNETES_VERSION = "1.33"
@@ -191,6 +193,29 @@ def test_the_health_check_command_is_a_runbus_cli_command() -> None:
     assert args.handler.__module__ == "runbus.commands.status"
 
 
+def test_compose_runs_the_http_ingress_published_on_8080_without_a_bus_credential() -> None:
+    services = compose()["services"]
+    ingress = services[INGRESS]
+    env = ingress["environment"]
+    args = build_parser().parse_args(ingress["command"][1:])
+
+    assert ingress["command"] == ["runbus", "http"]
+    assert args.handler.__module__ == "runbus.commands.http"
+    assert ingress["build"] == services["gateway"]["build"]
+    assert ingress["ports"] == [f"{env['RUNBUS_HTTP_PORT']}:{env['RUNBUS_HTTP_PORT']}"]
+    assert env["RUNBUS_HTTP_HOST"] == "0.0.0.0"
+    assert env["RUNBUS_NATS_URL"] == "nats://nats:4222"
+    # Each user's requests go over a connection with that user's token: no service password.
+    assert ingress["secrets"] == []
+    assert not {"RUNBUS_NATS_USER", "RUNBUS_NATS_PASSWORD_FILE"} & set(env)
+    # Tokens are verified by the auth service through the auth callout.
+    assert ingress["depends_on"]["auth"] == {"condition": "service_healthy"}
+    assert ingress["depends_on"]["nats"] == {"condition": "service_healthy"}
+    check = ingress["healthcheck"]
+    assert f"http://127.0.0.1:{env['RUNBUS_HTTP_PORT']}/healthz" in " ".join(check["test"])
+    assert {"interval", "timeout", "retries", "start_period"} <= set(check)
+
+
 def test_compose_qdrant_keeps_its_data_in_a_volume() -> None:
     document = compose()
 
@@ -224,7 +249,7 @@ def test_compose_cluster_runs_three_named_nats_nodes_with_the_cluster_config() -
 def test_compose_cluster_gives_every_service_r3_streams_and_all_three_nodes() -> None:
     services = compose_cluster()["services"]
 
-    for name in SERVICES:
+    for name in (*SERVICES, INGRESS):
         env = services[name]["environment"]
         assert env["RUNBUS_STREAM_REPLICAS"] == "3"
         assert env["RUNBUS_NATS_URL"].split(",") == [f"nats://nats-{n}:4222" for n in (1, 2, 3)]
@@ -346,7 +371,7 @@ def test_each_service_has_a_deployment_that_runs_it_with_requests_and_limits() -
     deployments = k8s_objects("Deployment")
     config_maps = k8s_objects("ConfigMap")
 
-    assert set(deployments) == {k8s_name(service) for service in SERVICES}
+    assert set(deployments) == {k8s_name(service) for service in SERVICES} | {INGRESS}
     for service in SERVICES:
         spec = deployments[k8s_name(service)]["spec"]
         (container,) = spec["template"]["spec"]["containers"]
@@ -384,6 +409,34 @@ def test_every_service_container_has_startup_readiness_and_liveness_probes() -> 
             command = container[probe]["exec"]["command"]
             assert command == ["runbus", "status", "--ping", service, "--local"], (service, probe)
             assert container[probe]["timeoutSeconds"] >= 5
+
+
+def test_the_ingress_deployment_serves_http_behind_a_service_with_health_probes() -> None:
+    deployment = k8s_objects("Deployment")[INGRESS]
+    service = k8s_objects("Service")[INGRESS]
+    config = k8s_objects("ConfigMap")["runbus-config"]["data"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    env = {item["name"]: item for item in container["env"]}
+    (port,) = container["ports"]
+
+    assert container["command"] == ["runbus", "http"]
+    assert env["RUNBUS_HTTP_HOST"]["value"] == "0.0.0.0"
+    assert int(env["RUNBUS_HTTP_PORT"]["value"]) == port["containerPort"]
+    # The settings it takes from runbus-config exist there; the services' password is not one.
+    for item in env.values():
+        if "valueFrom" in item:
+            assert item["valueFrom"]["configMapKeyRef"]["key"] in config
+    assert "RUNBUS_NATS_PASSWORD_FILE" not in env
+    assert "envFrom" not in container
+    assert not container.get("volumeMounts", []) or all(
+        "nats" not in mount["name"] for mount in container["volumeMounts"]
+    )
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/healthz", "port": port["name"]}
+    assert {"cpu", "memory"} <= set(container["resources"]["limits"])
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= labels.items()
+    assert service["spec"]["ports"][0]["targetPort"] == port["name"]
 
 
 def test_kubernetes_services_create_r3_streams() -> None:
@@ -436,7 +489,7 @@ def test_every_runbus_variable_the_deployment_files_set_is_a_known_setting() -> 
     # show up as a crash loop.
     known = {ENV_PREFIX + field.upper() for field in Settings.__struct_fields__}
     used: set[str] = set()
-    for name in SERVICES:
+    for name in (*SERVICES, INGRESS):
         used |= runbus_variables(compose()["services"][name]["environment"])
         used |= runbus_variables(compose_cluster()["services"][name]["environment"])
     for config_map in k8s_objects("ConfigMap").values():

@@ -63,7 +63,15 @@ def _op(
     return op
 
 
+def _example(body: dict[str, Any], example: object) -> dict[str, Any]:
+    body["content"][JSON]["example"] = example
+    return body
+
+
 RUN_ID = _param("run_id")
+# The fuzzer's explicit phase then calls a real agent's A2A endpoint, not only unknown ones.
+A2A_AGENT = {**_param("agent"), "example": "travel"}
+A2A_EXAMPLE = {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "r-none"}}
 COMMON = (400, 401, 404, 503)
 
 
@@ -151,6 +159,35 @@ def paths() -> dict[str, dict[str, Any]]:
                 body=_body(f"{AGUI_PREFIX}RunAgentInput"),
                 params=[_param("agent")],
                 tag="ag-ui",
+            )
+        },
+        "/v1/a2a/{agent}": {
+            "post": _op(
+                "A2A JSON-RPC: SendMessage, SendStreamingMessage, GetTask, CancelTask, ListTasks,"
+                " SubscribeToTask (and the A2A 0.3 names message/send, message/stream, tasks/get,"
+                " tasks/cancel, tasks/resubscribe)",
+                {
+                    "200": {
+                        "description": "a JSON-RPC response (an A2A error is one too), or JSON-RPC"
+                        " responses as SSE for the streaming methods",
+                        "content": {
+                            JSON: {"schema": {"type": "object"}},
+                            SSE: {"schema": {"type": "string"}},
+                        },
+                    },
+                    **_errors(400, 401, 404, 413, 503),
+                },
+                body=_example(_body("JsonRpcRequest"), A2A_EXAMPLE),
+                params=[A2A_AGENT],
+                tag="a2a",
+            )
+        },
+        "/v1/a2a/{agent}/.well-known/agent-card.json": {
+            "get": _op(
+                "The agent's A2A agent card",
+                {"200": _ok("the AgentCard", None, JSON), **_errors(*COMMON)},
+                params=[A2A_AGENT],
+                tag="a2a",
             )
         },
         "/v1/agents": {

@@ -15,6 +15,7 @@ from runbus.messages.sessions import SessionListed, SessionRecord
 
 from . import openai_wire as oa
 from ._openapi_paths import AGUI_PREFIX, REF, paths
+from .a2a_routes import JsonRpcRequest
 from .bodies import StartRun
 from .errors import OpenAIErrorBody
 from .responses import ResponseRequest
@@ -40,6 +41,7 @@ _TYPES: Final = (
     oa.ChatCompletion,
     oa.ModelList,
     ResponseRequest,
+    JsonRpcRequest,
 )
 
 
@@ -57,7 +59,7 @@ def document() -> bytes:
         "info": {
             "title": "runbus HTTP ingress",
             "version": "1",
-            "description": "runbus's run API, OpenAI-compatible and AG-UI endpoints.",
+            "description": "runbus's run API, OpenAI-compatible, AG-UI and A2A endpoints.",
         },
         "components": {
             "schemas": components,

@@ -1,0 +1,243 @@
+"""The A2A SDK's request handler over runbus: each method makes the client-API calls and run
+requests any runbus client makes, on the caller's own bus connection (the gateway decides what
+is theirs: another user's run is `not_found`, hence `TaskNotFoundError`).
+
+The route puts the caller's client and the agent its URL names in the call context's state
+(`RunbusCall`); the SDK's v0.3 adapter wraps this handler for the v0.3 method names.
+"""
+
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import Final
+
+from a2a.server.context import ServerCallContext
+from a2a.server.events.event_queue import Event
+from a2a.server.request_handlers.request_handler import RequestHandler
+from a2a.types import (
+    AgentCard,
+    CancelTaskRequest,
+    DeleteTaskPushNotificationConfigRequest,
+    GetExtendedAgentCardRequest,
+    GetTaskPushNotificationConfigRequest,
+    GetTaskRequest,
+    ListTaskPushNotificationConfigsRequest,
+    ListTaskPushNotificationConfigsResponse,
+    ListTasksRequest,
+    ListTasksResponse,
+    Message,
+    SendMessageRequest,
+    SubscribeToTaskRequest,
+    Task,
+    TaskPushNotificationConfig,
+)
+from a2a.utils.errors import (
+    ExtendedAgentCardNotConfiguredError,
+    InvalidParamsError,
+    PushNotificationNotSupportedError,
+    TaskNotCancelableError,
+    TaskNotFoundError,
+    UnsupportedOperationError,
+)
+from google.protobuf import json_format
+
+from runbus import ops
+from runbus.client import RunbusClient, SequencedEvent, new_run_id
+from runbus.messages import is_identifier
+from runbus.messages.runs import RunCancel, RunGet, RunList, RunRecord
+
+from .a2a_tasks import (
+    INTERRUPTED,
+    STATE_BY_STATUS,
+    TERMINAL,
+    TaskUpdates,
+    apply,
+    new_task,
+    run_input,
+    task_of_record,
+)
+
+STATE_KEY: Final = "runbus"
+ENDED: Final = frozenset({"completed", "failed", "cancelled"})
+
+
+@dataclass(frozen=True)
+class RunbusCall:
+    """What one A2A call runs with: the caller's client and the agent of the endpoint."""
+
+    client: RunbusClient
+    agent: str
+    idle_timeout: float
+
+
+def _call(context: ServerCallContext) -> RunbusCall:
+    call = context.state[STATE_KEY]
+    assert isinstance(call, RunbusCall)
+    return call
+
+
+def _identifier(value: str, name: str) -> str:
+    if not is_identifier(value):
+        raise InvalidParamsError(f"bad {name} {value!r}: letters, digits, `_` and `-`, at most 128")
+    return value
+
+
+def _trimmed(task: Task, history_length: int | None) -> Task:
+    if history_length is not None and len(task.history) > history_length:
+        del task.history[: len(task.history) - history_length]
+    return task
+
+
+class RunbusRequestHandler(RequestHandler):
+    """A2A's operations, each a runbus run or client-API call."""
+
+    async def _start(
+        self, params: SendMessageRequest, call: RunbusCall
+    ) -> tuple[Task, AsyncGenerator[SequencedEvent, None]]:
+        message = params.message
+        if message.task_id:
+            raise UnsupportedOperationError(
+                "each message starts a new runbus task; continue the conversation with its"
+                " contextId"
+            )
+        messages = run_input(message)
+        context_id = _identifier(message.context_id or f"s-{uuid.uuid4().hex[:16]}", "contextId")
+        run_id, trace_id = await call.client.start_traced(
+            call.agent, messages, session_id=context_id, run_id=new_run_id()
+        )
+        task = new_task(run_id, context_id, message)
+        task.metadata.update({"runbus": {"agent": call.agent, "trace_id": trace_id}})
+        # Read from the events stream's first event: nothing published before is missed.
+        events = call.client.follow(run_id, timeout=call.idle_timeout)
+        return task, events
+
+    async def _record(self, run_id: str, call: RunbusCall) -> RunRecord:
+        _identifier(run_id, "task id")
+        info = await call.client.call(ops.API_RUNS_GET, RunGet(run_id=run_id))
+        if info.record.agent != call.agent:
+            raise TaskNotFoundError(f"no task {run_id!r} of agent {call.agent!r}")
+        return info.record
+
+    async def on_message_send(
+        self, params: SendMessageRequest, context: ServerCallContext
+    ) -> Task | Message:
+        """Run the agent until the task ends or waits for a person (or at once with
+        `returnImmediately`), and answer the task."""
+        call = _call(context)
+        task, events = await self._start(params, call)
+        history_length = (
+            params.configuration.history_length
+            if params.configuration.HasField("history_length")
+            else None
+        )
+        async with aclosing(events):
+            if params.configuration.return_immediately:
+                return _trimmed(task, history_length)
+            updates = TaskUpdates(task.id, task.context_id)
+            async for item in events:
+                for update in updates.translate(item.event):
+                    apply(task, update)
+                if task.status.state in TERMINAL | INTERRUPTED:
+                    break
+        return _trimmed(task, history_length)
+
+    async def on_message_send_stream(
+        self, params: SendMessageRequest, context: ServerCallContext
+    ) -> AsyncGenerator[Event, None]:
+        """The task as submitted, then its status and artifact updates until it ends."""
+        call = _call(context)
+        task, events = await self._start(params, call)
+        yield task
+        async with aclosing(events):
+            async for update in _updates(TaskUpdates(task.id, task.context_id), events):
+                yield update
+
+    async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task:
+        return task_of_record(await self._record(params.id, _call(context)))
+
+    async def on_cancel_task(self, params: CancelTaskRequest, context: ServerCallContext) -> Task:
+        call = _call(context)
+        await self._record(params.id, call)
+        info = await call.client.call(ops.API_RUNS_CANCEL, RunCancel(run_id=params.id))
+        if info.record.status in ENDED:
+            raise TaskNotCancelableError(f"task {params.id!r} has ended ({info.record.status})")
+        return task_of_record(info.record)
+
+    async def on_subscribe_to_task(
+        self, params: SubscribeToTaskRequest, context: ServerCallContext
+    ) -> AsyncGenerator[Event, None]:
+        """The task as it stands, then its updates from the run's first event on."""
+        call = _call(context)
+        record = await self._record(params.id, call)
+        if record.status in ENDED:
+            raise UnsupportedOperationError(f"task {params.id!r} has ended ({record.status})")
+        yield task_of_record(record)
+        events = call.client.follow(record.run_id, timeout=call.idle_timeout)
+        async with aclosing(events):
+            async for update in _updates(TaskUpdates(record.run_id, record.session_id), events):
+                yield update
+
+    async def on_list_tasks(
+        self, params: ListTasksRequest, context: ServerCallContext
+    ) -> ListTasksResponse:
+        """The caller's newest tasks of this agent (one page: `pageToken` is not supported)."""
+        call = _call(context)
+        if params.page_token:
+            raise UnsupportedOperationError("runbus lists one page of tasks, the newest")
+        session_id = _identifier(params.context_id, "contextId") if params.context_id else None
+        size = params.page_size if params.HasField("page_size") else 50
+        if not 1 <= size <= 100:
+            raise InvalidParamsError(f"bad pageSize {size}: from 1 to 100")
+        listed = await call.client.call(
+            ops.API_RUNS_LIST, RunList(session_id=session_id, limit=1000)
+        )
+        tasks = [
+            task_of_record(record)
+            for record in listed.records
+            if record.agent == call.agent
+            and (not params.status or STATE_BY_STATUS[record.status] == params.status)
+        ][:size]
+        if not params.include_artifacts:
+            for task in tasks:
+                del task.artifacts[:]
+        return ListTasksResponse(tasks=tasks, page_size=size, total_size=len(tasks))
+
+    async def on_create_task_push_notification_config(
+        self, params: TaskPushNotificationConfig, context: ServerCallContext
+    ) -> TaskPushNotificationConfig:
+        raise PushNotificationNotSupportedError
+
+    async def on_get_task_push_notification_config(
+        self, params: GetTaskPushNotificationConfigRequest, context: ServerCallContext
+    ) -> TaskPushNotificationConfig:
+        raise PushNotificationNotSupportedError
+
+    async def on_list_task_push_notification_configs(
+        self, params: ListTaskPushNotificationConfigsRequest, context: ServerCallContext
+    ) -> ListTaskPushNotificationConfigsResponse:
+        raise PushNotificationNotSupportedError
+
+    async def on_delete_task_push_notification_config(
+        self, params: DeleteTaskPushNotificationConfigRequest, context: ServerCallContext
+    ) -> None:
+        raise PushNotificationNotSupportedError
+
+    async def on_get_extended_agent_card(
+        self, params: GetExtendedAgentCardRequest, context: ServerCallContext
+    ) -> AgentCard:
+        raise ExtendedAgentCardNotConfiguredError
+
+
+async def _updates(
+    updates: TaskUpdates, events: AsyncIterator[SequencedEvent]
+) -> AsyncGenerator[Event, None]:
+    async for item in events:
+        for update in updates.translate(item.event):
+            yield update
+
+
+def as_dict(message: object) -> dict[str, object]:
+    """A protobuf message as A2A's JSON (camelCase)."""
+    result: dict[str, object] = json_format.MessageToDict(message)
+    return result
