@@ -15,12 +15,15 @@ log = structlog.get_logger()
 
 STATUS_BY_CODE: Final[dict[str, int]] = {
     "bad_request": 400,
+    "context_too_long": 400,  # as OpenAI answers a prompt longer than the model's context
+    "unsupported_request": 400,
     "unauthenticated": 401,
     "forbidden": 403,
     "not_found": 404,
     "unknown_agent": 404,
     "conflict": 409,
     "session_busy": 409,
+    "message_too_large": 413,
     "cancelled": 409,
     "budget_exceeded": 429,
     "model_error": 502,
