@@ -7,7 +7,7 @@ its CPU and memory are nobody's run cost. Streams (SSE) or answers whole, as ask
 It measures itself, so a bench can tell whether the model server is what bounds a level:
 `GET /v1/bench/stats` answers (and starts afresh) how late it answered (past the latency,
 from the moment the request body was in), how long callers took to send their bodies, the
-lag of its event loop and its CPU seconds so far."""
+lag of its event loop, and its CPU and wall-clock seconds since the last answer."""
 
 import argparse
 import asyncio
@@ -82,9 +82,13 @@ class Stats:
     """Per call: the request's headers in to its body in: how slowly the caller sent it."""
     lag_ms: list[float] = field(default_factory=list)
     """The event loop's lag, sampled every LAG_TICK."""
+    since: float = field(default_factory=time.perf_counter)
+    cpu_since: float = field(default_factory=time.process_time)
 
     def summary(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"calls": len(self.late_ms), "cpu_s": time.process_time()}
+        """The numbers since the last summary (or the start), then a fresh start."""
+        wall, cpu = time.perf_counter() - self.since, time.process_time() - self.cpu_since
+        out: dict[str, Any] = {"calls": len(self.late_ms), "wall_s": wall, "cpu_s": cpu}
         for name in ("late_ms", "body_ms", "lag_ms"):
             ordered = sorted(getattr(self, name))
             out[name] = {
@@ -92,6 +96,9 @@ class Stats:
                 "p99": ordered[int(0.99 * (len(ordered) - 1))] if ordered else 0.0,
                 "max": ordered[-1] if ordered else 0.0,
             }
+        for samples in (self.late_ms, self.body_ms, self.lag_ms):
+            samples.clear()
+        self.since, self.cpu_since = time.perf_counter(), time.process_time()
         return out
 
 
@@ -107,11 +114,7 @@ async def watch_lag(stats: Stats) -> None:
 
 
 async def stats(request: web.Request) -> web.Response:
-    seen = request.app[STATS]
-    summary = seen.summary()
-    for samples in (seen.late_ms, seen.body_ms, seen.lag_ms):
-        samples.clear()
-    return web.json_response(summary)
+    return web.json_response(request.app[STATS].summary())
 
 
 async def completions(request: web.Request) -> web.StreamResponse:

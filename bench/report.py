@@ -395,14 +395,19 @@ def messages_section(results: dict[str, Any]) -> list[str]:
         return []
     kinds = messages.get("by_kind") or {}
     hops = messages.get("hops_by_subject") or {}
-    other = messages.get("other_by_subject") or {}
+    other = messages.get("kv_and_other_by_subject") or {}
     return [
         f"Messages per run on the services' account ({messages.get('runs', '?')} sequential "
         "runs counted apart from the timed ones, by a subscription to every subject): "
         + ", ".join(f"{count(v)} {k}" for k, v in kinds.items() if v)
         + ". Request/reply hops by subject: "
         + (", ".join(f"`{k}` {count(v)}" for k, v in hops.items()) or "none")
-        + (". Other: " + ", ".join(f"`{k}` {count(v)}" for k, v in other.items()) if other else "")
+        + (
+            ". KV writes and other messages: "
+            + ", ".join(f"`{k}` {count(v)}" for k, v in other.items())
+            if other
+            else ""
+        )
         + ".",
         "",
     ]
@@ -600,6 +605,7 @@ def slow_bound_section(slow: dict[str, Any]) -> list[str]:
                     str(level),
                     name,
                     " / ".join(f"{r:.1f}" for r in point.get("rounds_runs_per_s") or []),
+                    f"{model.get('cores', 0.0):.2f}",
                     ms(model["cpu_ms_per_call"]),
                     ms(model["late_p99_ms"]),
                     ms(model["body_p99_ms"]),
@@ -610,7 +616,8 @@ def slow_bound_section(slow: dict[str, Any]) -> list[str]:
     if not rows:
         return []
     return [
-        "What bounds a level: the model server's own account of each round (CPU per call; how "
+        "What bounds a level: the model server's own account of each round (cores busy; CPU "
+        "per call, its 100 Hz lag watcher included, which dominates at 1 in flight; how "
         "late it answered past the latency, counted from the request body in; how long the "
         "caller took to send the body after its headers; its event loop's lag) and the "
         "busiest processes in cores (one Python event loop tops out at 1; the client's CPU "
@@ -621,7 +628,8 @@ def slow_bound_section(slow: dict[str, Any]) -> list[str]:
                 "in flight",
                 "",
                 "runs/s by round",
-                "model server CPU ms/call",
+                "model server cores",
+                "its CPU ms/call",
                 "answered late p99 ms",
                 "caller's body p99 ms",
                 "loop lag p99 ms",
@@ -771,10 +779,10 @@ def _slow_bound_bullet(top: str, rb: dict[str, Any]) -> str:
         )
     model = rb.get("model_server") or {}
     if model:
-        model_cores = model["cpu_ms_per_call"] * MODEL_CALLS * rb["runs_per_s"] / 1000
         text += (
-            f". The model server: {ms(model['cpu_ms_per_call'])} ms CPU per call "
-            f"({model_cores:.2f} cores at this rate), answered p99 {ms(model['late_p99_ms'])} ms "
+            f". The model server: {model.get('cores', 0.0):.2f} cores, "
+            f"{ms(model['cpu_ms_per_call'])} ms CPU per call, answered p99 "
+            f"{ms(model['late_p99_ms'])} ms "
             f"past the latency, while its callers took p99 {ms(model['body_p99_ms'])} ms to "
             "send a request body after its headers"
         )

@@ -331,8 +331,8 @@ async def bench_processes(args: argparse.Namespace) -> dict[str, Any]:
                 + ", ".join(f"{v:g} {k}" for k, v in kinds.items() if v)
                 + "\n  hops by subject: "
                 + ", ".join(f"{k} {v:g}" for k, v in messages["hops_by_subject"].items())
-                + "\n  other by subject: "
-                + ", ".join(f"{k} {v:g}" for k, v in messages["other_by_subject"].items())
+                + "\n  KV writes and other by subject: "
+                + ", ".join(f"{k} {v:g}" for k, v in messages["kv_and_other_by_subject"].items())
             )
             print(
                 "  RSS after the runs (MiB): "

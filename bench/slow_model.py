@@ -149,16 +149,19 @@ def anchor_round(saver: str, url: str, db: postgres.Postgres | None = None) -> R
     return one_round
 
 
-def model_server_round(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-    """The model server's share of a round: CPU per call, how late it answered, its lag."""
-    calls = after["calls"]
+def model_server_round(seen: dict[str, Any]) -> dict[str, Any]:
+    """The model server's share of a round (its stats since the round began): cores busy,
+    CPU per call (its lag watcher included, which shows at low call rates), how late it
+    answered, how slowly its callers sent their bodies, its event loop's lag."""
+    calls = seen["calls"]
     return {
         "calls": calls,
-        "cpu_ms_per_call": (after["cpu_s"] - before["cpu_s"]) * 1000 / max(calls, 1),
-        "late_p99_ms": after["late_ms"]["p99"],
-        "body_p99_ms": after["body_ms"]["p99"],
-        "lag_p99_ms": after["lag_ms"]["p99"],
-        "lag_max_ms": after["lag_ms"]["max"],
+        "cores": seen["cpu_s"] / seen["wall_s"] if seen["wall_s"] > 0 else 0.0,
+        "cpu_ms_per_call": seen["cpu_s"] * 1000 / max(calls, 1),
+        "late_p99_ms": seen["late_ms"]["p99"],
+        "body_p99_ms": seen["body_ms"]["p99"],
+        "lag_p99_ms": seen["lag_ms"]["p99"],
+        "lag_max_ms": seen["lag_ms"]["max"],
     }
 
 
@@ -190,8 +193,8 @@ def _print_point(name: str, level: int, point: dict[str, Any]) -> None:
         f"(rounds {' '.join(f'{r:.1f}' for r in rounds)})  "
         f"p50 {point['p50_ms']:7.0f} ms  p99 {point['p99_ms']:7.0f} ms  "
         f"failures {point['failures']}  CPU {point['cpu_ms_per_run']:.1f} ms/run  "
-        f"peak RSS {sum(peak.values()):.0f} MiB;  model server "
-        f"{model.get('cpu_ms_per_call', 0):.2f} ms CPU/call, "
+        f"peak RSS {sum(peak.values()):.0f} MiB;  model server {model.get('cores', 0):.2f} "
+        f"cores, {model.get('cpu_ms_per_call', 0):.2f} ms CPU/call, "
         f"late p99 {model.get('late_p99_ms', 0):.1f} ms, "
         f"lag p99 {model.get('lag_p99_ms', 0):.1f} ms"
     )
@@ -236,9 +239,9 @@ async def measure(levels: tuple[int, ...], tmp: Path, rounds: int = ROUNDS) -> d
                 by_system: dict[str, list[dict[str, Any]]] = {key: [] for key in systems}
                 for _ in range(repeat):
                     for key, (_, one_round) in systems.items():
-                        before = model.stats()
+                        model.stats()  # starts the server's count afresh
                         point = await one_round(level)
-                        point["model_server"] = model_server_round(before, model.stats())
+                        point["model_server"] = model_server_round(model.stats())
                         by_system[key].append(point)
                 for key, (name, _) in systems.items():
                     point = median_point(by_system[key])

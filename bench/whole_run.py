@@ -92,6 +92,7 @@ BUS_KINDS = (
     "run requests",
     "request/reply hops",
     "history stream writes",
+    "KV writes",
     "replies",
     "run events",
     "JetStream API",
@@ -114,6 +115,8 @@ def bus_kind(msg: Msg) -> str:
         return "JetStream acks"
     if subject.startswith(subjects.HISTORY_LOG_ALL[:-1]):
         return "history stream writes"
+    if subject.startswith("$KV."):
+        return "KV writes"
     if subject.startswith(f"{subjects.PREFIX}.") and msg.reply:
         return "request/reply hops"
     if subject.startswith(("_INBOX", subjects.SERVICE_INBOX_PREFIX)):
@@ -130,9 +133,10 @@ async def bus_messages(bench: Bench, clients: Clients, n: int) -> dict[str, Any]
 
     async def count(msg: Msg) -> None:
         kind = bus_kind(msg)
-        # Hops by subject; the rest by kind, "other" by the subject's first two tokens.
+        # Hops by subject; KV writes and "other" by the subject's first two tokens (the
+        # bucket); the rest by kind.
         name = msg.subject if kind == "request/reply hops" else kind
-        if kind == "other":
+        if kind in ("KV writes", "other"):
             name = ".".join(msg.subject.split(".")[:2]) + ".…"
         seen[kind, name] += 1
 
@@ -148,10 +152,19 @@ async def bus_messages(bench: Bench, clients: Clients, n: int) -> dict[str, Any]
         await monitor.close()
     by_kind = dict.fromkeys(BUS_KINDS, 0.0)
     hops = {name: times / n for (kind, name), times in seen.most_common() if kind == BUS_KINDS[1]}
-    other = {name: times / n for (kind, name), times in seen.most_common() if kind == "other"}
+    other = {
+        name: times / n
+        for (kind, name), times in seen.most_common()
+        if kind in ("KV writes", "other")
+    }
     for (kind, _), times in seen.items():
         by_kind[kind] += times / n
-    return {"runs": n, "by_kind": by_kind, "hops_by_subject": hops, "other_by_subject": other}
+    return {
+        "runs": n,
+        "by_kind": by_kind,
+        "hops_by_subject": hops,
+        "kv_and_other_by_subject": other,
+    }
 
 
 async def concurrent(clients: Clients, in_flight: int, total: int, trials: int) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bench.loopback_model import Stats
 from bench.overhead import breakdown, read_spans
 from bench.slow_model import median_point
 from bench.whole_run import bus_kind
@@ -126,6 +127,7 @@ def test_a_level_is_its_median_round_with_every_rounds_failures() -> None:
         ("runbus.history.append", "_RBSVC.abc.1", "request/reply hops"),
         ("_RBSVC.abc.1", "", "replies"),
         ("runbus.hist.acme.s-1", "_RBSVC.abc.2", "history stream writes"),
+        ("$KV.RUNBUS_SESSIONS.acme.s-1", "_RBSVC.abc.3", "KV writes"),
         ("$JS.API.CONSUMER.CREATE.RUNBUS_EVENTS", "_INBOX.b", "JetStream API"),
         ("$JS.ACK.RUNBUS_RUNS.gateway.1.2.3.4.5", "", "JetStream acks"),
         ("runbus.progress.history", "", "other"),
@@ -133,3 +135,16 @@ def test_a_level_is_its_median_round_with_every_rounds_failures() -> None:
 )
 def test_a_message_on_the_bus_is_sorted_by_its_subject(subject: str, reply: str, kind: str) -> None:
     assert bus_kind(Msg(None, subject=subject, reply=reply)) == kind  # type: ignore[arg-type]
+
+
+def test_the_model_servers_account_covers_the_time_since_the_last_one() -> None:
+    seen = Stats(late_ms=[1.0, 3.0, 2.0], body_ms=[5.0, 5.0, 5.0], lag_ms=[0.5])
+
+    first = seen.summary()
+    second = seen.summary()
+
+    assert first["calls"] == 3
+    assert first["late_ms"] == {"p50": 2.0, "p99": 2.0, "max": 3.0}
+    assert first["wall_s"] > 0
+    assert second["calls"] == 0  # the first summary started the count afresh
+    assert second["late_ms"] == {"p50": 0.0, "p99": 0.0, "max": 0.0}
