@@ -76,6 +76,10 @@ bench: setup bench-postgres ## Run the benchmarks (with the LangGraph + Postgres
 bench-quick: setup bench-postgres ## A few-minute smoke run of the benchmarks (smaller sizes)
 	$(UV_RUN) --group bench python bench/run.py --quick
 
+.PHONY: bench-targets
+bench-targets: setup bench-postgres ## Only the bench sections the targets are judged from; writes /tmp/runbus-bench/
+	$(UV_RUN) --group bench python bench/run.py --targets
+
 .PHONY: bench-postgres
 bench-postgres: ## Install PostgreSQL's server binaries for the bench's anchor if absent (root)
 	@command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \

@@ -45,6 +45,11 @@ def ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}" if value < 10 else f"{value:.1f}"
 
 
+def count(value: float | None) -> str:
+    """A count per run (`18`, `10.5`), or `?` when it was not measured."""
+    return "?" if value is None else f"{value:g}"
+
+
 @dataclass(frozen=True)
 class Target:
     name: str
@@ -108,7 +113,7 @@ def targets(results: dict[str, Any]) -> list[Target]:
             ratio(run, run_floor),
             RUN_LIMIT,
             at_least=False,
-            basis=f"run {ms(run)} ms / ({hops} hops x {ms(floor)} ms = {ms(run_floor)} ms)",
+            basis=f"run {ms(run)} ms / ({count(hops)} hops x {ms(floor)} ms = {ms(run_floor)} ms)",
         ),
         Target(
             "tool scaling at 4 replicas",
@@ -319,13 +324,15 @@ def markdown(results: dict[str, Any]) -> str:
     out += [
         "## 3. Whole run: 3-tool travel run, zero-latency scripted model (ms)",
         "",
-        f"Per run: {hops} request/reply hops and {events} run events published to JetStream "
-        f"(the run request is one more). Floor of the hops alone: {hops} x {ms(rr_p50)} ms; "
-        f"with the event publishes at the JetStream floor, {ms(fuller)} ms, which the "
-        f"six-process run takes {times(ratio(run_p50, fuller))} of. CPU per run is the sum over "
-        "every process (services, nats-server, client) for runbus, the one process for MAF.",
+        f"Per run: {count(hops)} request/reply hops and {count(events)} run events published "
+        "to JetStream (the run request is one more). Floor of the hops alone: "
+        f"{count(hops)} x {ms(rr_p50)} ms; with the event publishes at the JetStream floor, "
+        f"{ms(fuller)} ms, which the six-process run takes {times(ratio(run_p50, fuller))} of. "
+        "CPU per run is the sum over every process (services, nats-server, client) for runbus, "
+        "the one process for MAF.",
         "",
     ]
+    out += messages_section(results)
     out += _table(
         ["", "p50", "p99", "p50 / MAF", "p50 / (hops x floor)", "CPU ms/run", "CPU / MAF"],
         whole_run_rows(results),
@@ -381,6 +388,66 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def messages_section(results: dict[str, Any]) -> list[str]:
+    """Messages of one run on the services' account, by kind and by hop subject."""
+    messages = _get(results, "whole_run", "messages") or {}
+    if not messages:
+        return []
+    kinds = messages.get("by_kind") or {}
+    hops = messages.get("hops_by_subject") or {}
+    other = messages.get("kv_and_other_by_subject") or {}
+    return [
+        f"Messages per run on the services' account ({messages.get('runs', '?')} sequential "
+        "runs counted apart from the timed ones, by a subscription to every subject): "
+        + ", ".join(f"{count(v)} {k}" for k, v in kinds.items() if v)
+        + ". Request/reply hops by subject: "
+        + (", ".join(f"`{k}` {count(v)}" for k, v in hops.items()) or "none")
+        + (
+            ". KV writes and other messages: "
+            + ", ".join(f"`{k}` {count(v)}" for k, v in other.items())
+            if other
+            else ""
+        )
+        + ".",
+        "",
+    ]
+
+
+def overhead_section(results: dict[str, Any]) -> list[str]:
+    """Where one run's time beyond the model's goes, part by part."""
+    overhead = _get(results, "overhead") or {}
+    parts = overhead.get("parts_ms") or {}
+    if not parts:
+        return []
+    total = overhead.get("overhead_p50_ms")
+    latency = overhead.get("latency_ms", 300.0)
+    model = overhead.get("model_server") or {}
+    out = [
+        f"## Overhead of one run at a {latency:.0f} ms model, part by part",
+        "",
+        f"{overhead.get('runs', '?')} runs one at a time on the six-process stack, every process "
+        "exporting its spans (console exporter, read back from the logs), each run cut along "
+        f"its critical path (bench/overhead.py). Overhead p50 {ms(total)} ms beyond "
+        f"{MODEL_CALLS} x {latency:.0f} ms with the exporters on; the parts are medians over "
+        "the runs, so they need not add up exactly.",
+        "",
+    ]
+    if model:
+        out += [
+            f"The model server's own share of a call: p50 {ms(model.get('late_p50_ms'))} ms past "
+            f"the {latency:.0f} ms (body in → answer out), {ms(model.get('cpu_ms_per_call'))} ms "
+            "CPU.",
+            "",
+        ]
+    return out + _table(
+        ["part", "ms per run", "share of the overhead"],
+        [
+            [name, ms(value), "-" if not total else f"{value / total:.0%}"]
+            for name, value in parts.items()
+        ],
+    )
+
+
 ANCHORS = (
     ("langgraph_memory", "LangGraph, in-memory saver"),
     ("langgraph_sqlite", "LangGraph + SQLite"),
@@ -397,6 +464,7 @@ def durable_sections(results: dict[str, Any]) -> list[str]:
     ]
     out += anchors_section(results)
     out += slow_model_section(results)
+    out += overhead_section(results)
     out += session_section(results)
     out += memory_section(results)
     out += missed_section(results)
@@ -495,9 +563,16 @@ def slow_model_section(results: dict[str, Any]) -> list[str]:
         "(reset before it); the client's is not counted.",
         "",
     ]
+    if slow.get("rounds"):
+        out += [
+            f"The systems take turns round by round; at 1 and {max(slow.get('levels') or [0])} "
+            f"in flight a point is the median of {slow['rounds']} rounds (runs/s of each round "
+            "in the second table), failures are summed over them.",
+            "",
+        ]
     if slow.get("langgraph_postgres_skipped"):
         out += [f"LangGraph + Postgres skipped: {slow['langgraph_postgres_skipped']}", ""]
-    return out + _table(
+    out += _table(
         [
             "in flight",
             "",
@@ -511,6 +586,58 @@ def slow_model_section(results: dict[str, Any]) -> list[str]:
         ],
         rows,
     )
+    return out + slow_bound_section(slow)
+
+
+def slow_bound_section(slow: dict[str, Any]) -> list[str]:
+    """What bounds each level: the model server's own account and runbus's busiest processes."""
+    rows = []
+    for level in slow.get("levels", []):
+        for key, name in SLOW:
+            point = (slow.get(key) or {}).get(str(level))
+            if not point or "model_server" not in point:
+                continue
+            model = point["model_server"]
+            cores = point.get("cores_by_process") or {}
+            busiest = sorted(cores.items(), key=lambda item: -item[1])[:3]
+            rows.append(
+                [
+                    str(level),
+                    name,
+                    " / ".join(f"{r:.1f}" for r in point.get("rounds_runs_per_s") or []),
+                    f"{model.get('cores', 0.0):.2f}",
+                    ms(model["cpu_ms_per_call"]),
+                    ms(model["late_p99_ms"]),
+                    ms(model["body_p99_ms"]),
+                    ms(model["lag_p99_ms"]),
+                    ", ".join(f"{k} {v:.2f}" for k, v in busiest) or "-",
+                ]
+            )
+    if not rows:
+        return []
+    return [
+        "What bounds a level: the model server's own account of each round (cores busy; CPU "
+        "per call, its 100 Hz lag watcher included, which dominates at 1 in flight; how "
+        "late it answered past the latency, counted from the request body in; how long the "
+        "caller took to send the body after its headers; its event loop's lag) and the "
+        "busiest processes in cores (one Python event loop tops out at 1; the client's CPU "
+        "counts in runbus's, LangGraph's runs in its own process).",
+        "",
+        *_table(
+            [
+                "in flight",
+                "",
+                "runs/s by round",
+                "model server cores",
+                "its CPU ms/call",
+                "answered late p99 ms",
+                "caller's body p99 ms",
+                "loop lag p99 ms",
+                "busiest processes, cores",
+            ],
+            rows,
+        ),
+    ]
 
 
 def session_section(results: dict[str, Any]) -> list[str]:
@@ -575,7 +702,8 @@ def missed_section(results: dict[str, Any]) -> list[str]:
             f"- **CPU per run** (the throughput targets follow from it on 2 cores): runbus "
             f"spends it as {parts}, client {ms(client)} ms; LangGraph + Postgres as anchor "
             f"{ms(pg.get('anchor'))} + database {ms(pg.get('database'))} ms. A run asks the "
-            f"bus for {hops} request/reply hops and publishes {events} events; each hop costs "
+            f"bus for {count(hops)} request/reply hops and publishes {count(events)} events; "
+            "each hop costs "
             "both ends and nats-server a message decode, encode and a span. What would close "
             "it: fewer hops per run (history appends are one per step now; still to go: the "
             "tool catalogue resolved once per agent instead of asked each run, no compaction hop "
@@ -603,17 +731,19 @@ def missed_section(results: dict[str, Any]) -> list[str]:
                 ]
         rb = (slow.get("runbus") or {}).get(top) or {}
         if rb:
-            out += [
-                f"- **Runs/s at {top} in flight** is bound by CPU, not by the model: "
-                f"{rb['runs_per_s']:.1f} runs/s x {rb['cpu_ms_per_run']:.0f} ms CPU per run "
-                f"= {rb['runs_per_s'] * rb['cpu_ms_per_run'] / 1000:.1f} cores busy on a "
-                "2-core machine shared with other work; the CPU-per-run levers above raise it.",
-            ]
+            out += [_slow_bound_bullet(top, rb)]
     if any("overhead" in n for n in names):
+        by_part: dict[str, float] = _get(results, "overhead", "parts_ms") or {}
+        first = ", ".join(f"{part} {ms(value)} ms" for part, value in list(by_part.items())[:3])
         out += [
-            "- **Overhead of one run at 300 ms**: the same hops, each a network round trip "
-            "through nats-server, against LangGraph's in-process function calls; every hop the "
-            "diet removes takes its round trip off the critical path.",
+            "- **Overhead of one run at 300 ms**: "
+            + (
+                f"the largest parts of runbus's overhead per run are {first} (the table above)."
+                if first
+                else "not broken down in this run (the `overhead` section)."
+            )
+            + " LangGraph's own four openai SDK calls are inside its overhead too; runbus adds "
+            "a bus round trip and a handler for every model call, tool call and history append.",
         ]
     if any("RSS" in n for n in names):
         out += [
@@ -628,6 +758,35 @@ def missed_section(results: dict[str, Any]) -> list[str]:
             "window, so a smaller window or a token trigger bounds it further.",
         ]
     return [*out, ""]
+
+
+def _slow_bound_bullet(top: str, rb: dict[str, Any]) -> str:
+    """What the runbus level at `top` in flight spent, and where the model server stood."""
+    cores = rb.get("cores_by_process") or {}
+    busy = sum(cores.values())
+    text = (
+        f"- **Runs/s at {top} in flight**: {rb['runs_per_s']:.1f} runs/s x "
+        f"{rb['cpu_ms_per_run']:.0f} ms CPU per run = "
+        f"{rb['runs_per_s'] * rb['cpu_ms_per_run'] / 1000:.2f} cores busy on a 2-core machine "
+        "shared with other work"
+    )
+    if cores:
+        name, most = max(cores.items(), key=lambda item: item[1])
+        text += (
+            f"; the busiest process, {name}, at {most:.2f} cores ({most / busy:.0%} of "
+            "runbus's), runs one event loop: a second replica of it, or a cheaper call path "
+            "in it, is what raises the ceiling"
+        )
+    model = rb.get("model_server") or {}
+    if model:
+        text += (
+            f". The model server: {model.get('cores', 0.0):.2f} cores, "
+            f"{ms(model['cpu_ms_per_call'])} ms CPU per call, answered p99 "
+            f"{ms(model['late_p99_ms'])} ms "
+            f"past the latency, while its callers took p99 {ms(model['body_p99_ms'])} ms to "
+            "send a request body after its headers"
+        )
+    return text + "."
 
 
 def resume_section(results: dict[str, Any]) -> list[str]:

@@ -12,9 +12,14 @@ shared and noisy; bench/report.py writes results.json, results.md and the plots.
 5. streaming first delta (bench/model_router.py); resume of a run whose gateway was killed.
 6. the durable anchors: the same run on LangGraph with its in-memory, SQLite and Postgres
    savers (bench/anchors.py); a 300 ms model at 1/64/256/1000 runs in flight next to LangGraph
-   (bench/slow_model.py); run cost against session length, with and without persisted
+   (bench/slow_model.py), and where one run's time beyond the 300 ms calls goes
+   (bench/overhead.py); run cost against session length, with and without persisted
    compaction (bench/session_length.py).
 7. the per-service sections: history, compaction, model_router, tools, memory.
+
+`--targets` runs only what the targets are judged from (TARGET_SECTIONS); `--sections a,b` or
+`--only a` any subset. A run of some sections writes its report to PARTIAL_RESULTS unless
+`--results-dir` says otherwise, so bench/results/ always holds a full run.
 """
 
 import argparse
@@ -46,7 +51,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.stack import start_stack
 
-from bench import anchors, maf, report, resume, session_length, slow_model, whole_run
+from bench import (
+    anchors,
+    maf,
+    overhead,
+    profile,
+    report,
+    resume,
+    session_length,
+    slow_model,
+    whole_run,
+)
 from bench.processes import OPEN_BUS_ALICE, REPO, process_stack
 from bench.timing import pct, timed
 from runbus import subjects
@@ -308,6 +323,17 @@ async def bench_processes(args: argparse.Namespace) -> dict[str, Any]:
             )
             results["runbus"] = run
             results["rss_mib"] = stack.rss()
+            messages = await whole_run.bus_messages(stack, clients, BUS_COUNT_RUNS)
+            results["messages"] = messages
+            kinds = messages["by_kind"]
+            print(
+                f"  per run on the bus ({messages['runs']} runs counted apart): "
+                + ", ".join(f"{v:g} {k}" for k, v in kinds.items() if v)
+                + "\n  hops by subject: "
+                + ", ".join(f"{k} {v:g}" for k, v in messages["hops_by_subject"].items())
+                + "\n  KV writes and other by subject: "
+                + ", ".join(f"{k} {v:g}" for k, v in messages["kv_and_other_by_subject"].items())
+            )
             print(
                 "  RSS after the runs (MiB): "
                 + ", ".join(f"{k} {v:.0f}" for k, v in results["rss_mib"].items())
@@ -336,7 +362,7 @@ async def bench_processes(args: argparse.Namespace) -> dict[str, Any]:
                     )
                     results["resume"] = resumed
             args.results_dir.mkdir(parents=True, exist_ok=True)
-            profiled = await whole_run.profile(
+            profiled = await profile.gateway(
                 stack, clients, args.run_n, args.results_dir / "gateway_profile.txt"
             )
             print(f"  gateway profile ({profiled['runs']} runs): {profiled['profile']}")
@@ -379,6 +405,21 @@ async def section(name: str, quick: bool) -> tuple[str, dict[str, Any]]:
     return tee.copy.getvalue(), numbers or {}
 
 
+TARGET_SECTIONS = (
+    "hop",
+    "anchors",
+    "processes",
+    "slow_model",
+    "overhead",
+    "session_length",
+    "tools",
+)
+"""What `--targets` runs: every number a target is judged from (report.targets), and the
+breakdown of the overhead at 300 ms."""
+PARTIAL_RESULTS = Path(tempfile.gettempdir()) / "runbus-bench"
+"""Where a run of some sections writes its report unless told otherwise."""
+BUS_COUNT_RUNS = 20
+"""Sequential runs over which the processes section counts the messages of a run."""
 RESUME_ACK_WAIT = 1.5
 """The in-process gateway's lowered ack_wait: the processes keep the default (ACK_WAIT)."""
 SECTIONS = ("history", "compaction", "model_router", "tools", "memory", "real_model")
@@ -469,12 +510,21 @@ async def main(args: argparse.Namespace) -> None:
         results["anchors"] = await anchors.measure(args.run_n, args.levels, args.trials)
     if wanted("processes"):
         processes = await bench_processes(args)
-        results.setdefault("whole_run", {})["runbus"] = processes.pop("runbus")
+        whole = results.setdefault("whole_run", {})
+        whole["runbus"] = processes.pop("runbus")
+        # The ratio to the hops' floor divides this shape's latency: its own counts.
+        messages = processes.pop("messages")
+        whole["messages"] = messages
+        whole["hops_per_run"] = messages["by_kind"]["request/reply hops"]
+        whole["events_per_run"] = messages["by_kind"]["run events"]
         results.update(processes)
     if wanted("slow_model"):
         with tempfile.TemporaryDirectory() as tmp:
             levels = (1, 64) if args.quick else slow_model.LEVELS
-            results["slow_model"] = await slow_model.measure(levels, Path(tmp))
+            rounds = 1 if args.quick else slow_model.ROUNDS
+            results["slow_model"] = await slow_model.measure(levels, Path(tmp), rounds)
+    if wanted("overhead"):
+        results["overhead"] = await overhead.measure(5 if args.quick else 20)
     if wanted("session_length"):
         runs, rounds = (30, 1) if args.quick else (100, 3)
         results["session_length"] = await session_length.measure(runs, rounds)
@@ -508,6 +558,7 @@ if __name__ == "__main__":
             "anchors",
             "processes",
             "slow_model",
+            "overhead",
             "session_length",
             *SECTIONS,
         ],
@@ -516,10 +567,24 @@ if __name__ == "__main__":
     parser.add_argument(
         "--sections", type=lambda v: set(v.split(",")), help="only these, comma-separated"
     )
+    parser.add_argument(
+        "--targets",
+        action="store_true",
+        help="only the sections the targets are judged from: " + ", ".join(TARGET_SECTIONS),
+    )
     parser.add_argument("--hop-n", type=int)
     parser.add_argument("--run-n", type=int)
-    parser.add_argument("--results-dir", type=Path, default=report.RESULTS)
+    parser.add_argument(
+        "--results-dir",
+        type=Path,
+        help=f"where the report goes; default {report.RESULTS} for a run of every section, "
+        f"{PARTIAL_RESULTS} for a run of some (so it never replaces the full report)",
+    )
     args = parser.parse_args()
+    if args.targets:
+        args.sections = (args.sections or set()) | set(TARGET_SECTIONS)
+    partial = args.only is not None or args.sections is not None
+    args.results_dir = args.results_dir or (PARTIAL_RESULTS if partial else report.RESULTS)
     args.hop_n = args.hop_n or (1000 if args.quick else 3000)
     args.run_n = args.run_n or (60 if args.quick else 300)
     args.levels = (1, 8, 64)

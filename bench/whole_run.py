@@ -1,22 +1,21 @@
 """Whole runs of the scripted travel agent through the deployment shape (bench/processes.py):
 latency, CPU per run summed over every process, runs/s at 1/8/64 clients and 1/2 gateway
-replicas, and a pyinstrument profile of the gateway process."""
+replicas, and the messages a run puts on the bus (the gateway's profile: bench/profile.py)."""
 
 import asyncio
 import collections
 import itertools
 import statistics
 import time
-from pathlib import Path
 from typing import Any
 
+import nats
 from nats.aio.client import Client as NATS
-from pyinstrument.frame import Frame
-from pyinstrument.renderers import ConsoleRenderer
-from pyinstrument.session import Session
+from nats.aio.msg import Msg
 
-from bench.processes import Bench
+from bench.processes import Bench, service_login
 from bench.timing import pct
+from runbus import subjects
 from runbus.client import RunbusClient, RunFailedError, open_connection
 
 TOKEN = "dev-alice"
@@ -89,6 +88,85 @@ async def sequential(bench: Bench, clients: Clients, n: int) -> dict[str, Any]:
     }
 
 
+BUS_KINDS = (
+    "run requests",
+    "request/reply hops",
+    "history stream writes",
+    "KV writes",
+    "replies",
+    "run events",
+    "JetStream API",
+    "JetStream acks",
+    "other",
+)
+"""What a message on the services' account is, by its subject (see `bus_kind`)."""
+
+
+def bus_kind(msg: Msg) -> str:
+    """Which of BUS_KINDS a message seen on the services' account is."""
+    subject = msg.subject
+    if subject.startswith(subjects.RUNS_ALL[:-1]):
+        return "run requests"
+    if subject.startswith(subjects.EVENTS_ALL[:-1]):
+        return "run events"
+    if subject.startswith("$JS.API."):
+        return "JetStream API"
+    if subject.startswith("$JS.ACK."):
+        return "JetStream acks"
+    if subject.startswith(subjects.HISTORY_LOG_ALL[:-1]):
+        return "history stream writes"
+    if subject.startswith("$KV."):
+        return "KV writes"
+    if subject.startswith(f"{subjects.PREFIX}.") and msg.reply:
+        return "request/reply hops"
+    if subject.startswith(("_INBOX", subjects.SERVICE_INBOX_PREFIX)):
+        return "replies"
+    return "other"
+
+
+async def bus_messages(bench: Bench, clients: Clients, n: int) -> dict[str, Any]:
+    """Messages per run on the services' account, by kind (BUS_KINDS) and by subject, seen by
+    a subscription to every subject with the service credential over `n` sequential runs.
+    Counted in runs of their own: the subscriber's copies would add to the timed runs' CPU."""
+    monitor = await nats.connect(bench.url, **service_login(bench.data))
+    seen: collections.Counter[tuple[str, str]] = collections.Counter()
+
+    async def count(msg: Msg) -> None:
+        kind = bus_kind(msg)
+        # Hops by subject; KV writes and "other" by the subject's first two tokens (the
+        # bucket); the rest by kind.
+        name = msg.subject if kind == "request/reply hops" else kind
+        if kind in ("KV writes", "other"):
+            name = ".".join(msg.subject.split(".")[:2]) + ".…"
+        seen[kind, name] += 1
+
+    try:
+        sub = await monitor.subscribe(">", cb=count)
+        await monitor.flush()
+        for _ in range(n):
+            await clients.one()
+        await monitor.flush()
+        await asyncio.sleep(0.5)  # the last run's acks and replies trail its final event
+        await sub.unsubscribe()
+    finally:
+        await monitor.close()
+    by_kind = dict.fromkeys(BUS_KINDS, 0.0)
+    hops = {name: times / n for (kind, name), times in seen.most_common() if kind == BUS_KINDS[1]}
+    other = {
+        name: times / n
+        for (kind, name), times in seen.most_common()
+        if kind in ("KV writes", "other")
+    }
+    for (kind, _), times in seen.items():
+        by_kind[kind] += times / n
+    return {
+        "runs": n,
+        "by_kind": by_kind,
+        "hops_by_subject": hops,
+        "kv_and_other_by_subject": other,
+    }
+
+
 async def concurrent(clients: Clients, in_flight: int, total: int, trials: int) -> dict[str, Any]:
     """`trials` rounds of `total` runs, `in_flight` at a time: the median round's runs/s and
     the latency every run saw."""
@@ -121,51 +199,3 @@ async def matrix(
             f"p50 {point['p50_ms']:7.1f} ms   p99 {point['p99_ms']:7.1f} ms"
         )
     return points
-
-
-async def profile(bench: Bench, clients: Clients, n: int, out: Path) -> dict[str, Any]:
-    """Replace the gateways by one under pyinstrument; `n` sequential runs; its profile as a
-    call tree (`out`) and the functions that took the most time themselves."""
-    for process in list(bench.gateways):
-        await bench.stop_gateway(process)
-    session_file = bench.data / "gateway.pyisession"
-    profiled = await bench.add_gateway(profile_to=session_file)
-    samples = [await clients.one() for _ in range(n)]
-    await bench.stop_gateway(profiled)
-    session = Session.load(str(session_file))
-    out.write_text(ConsoleRenderer(show_all=False, unicode=False, color=False).render(session))
-    totals: collections.Counter[str] = collections.Counter()
-    loop = find(session.root_frame(), "run", "asyncio/runners.py")
-    if loop is not None:  # the service's life inside the event loop, not its imports
-        self_times(loop, totals)
-    top = [f"{seconds:7.3f} s  {name}" for name, seconds in totals.most_common(20)]
-    return {
-        "runs": n,
-        "profile": out.name,
-        "wall_s": session.duration,
-        "cpu_s": session.cpu_time,
-        "top_self_time": top,
-        **stats_ms(samples),
-    }
-
-
-def find(frame: Frame | None, function: str, file_suffix: str) -> Frame | None:
-    """The first frame, depth first, of `function` in a file ending with `file_suffix`."""
-    if frame is None:
-        return None
-    if frame.function == function and frame.file_path_short.endswith(file_suffix):
-        return frame
-    for child in frame.children:
-        if (found := find(child, function, file_suffix)) is not None:
-            return found
-    return None
-
-
-def self_times(frame: Frame, totals: "collections.Counter[str]") -> None:
-    """Add up each function's own time over the call tree (pyinstrument's flat view merges
-    every `[self]` leaf into one row, which hides where the idle time is)."""
-    if not frame.is_synthetic:
-        where = f"{frame.function}  {frame.file_path_short}:{frame.line_no}"
-        totals[where] += frame.total_self_time
-    for child in frame.children:
-        self_times(child, totals)

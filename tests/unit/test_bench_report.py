@@ -176,3 +176,63 @@ def test_markdown_says_why_a_durable_target_was_missed_and_plots_are_listed() ->
     assert "LangGraph + Postgres (fsync on)" in text
     assert "| 1000 | runbus, six processes | 60.0 | 1 |" in text
     assert "runbus, six processes at 1000 in flight**: 1 of" in text  # its failures explained
+
+
+def test_counts_that_were_not_measured_print_as_unknown_never_as_none() -> None:
+    measured = durable()
+    del measured["whole_run"]["hops_per_run"], measured["whole_run"]["events_per_run"]
+
+    text = markdown(measured)
+
+    assert "None" not in text
+    assert "Per run: ? request/reply hops and ? run events" in text
+    assert "| whole run vs hops x floor (p50) | - | ≤ 1.5x | not measured |" in text
+
+
+def test_markdown_shows_a_runs_messages_by_kind_and_hop_subject() -> None:
+    measured = durable()
+    measured["whole_run"]["messages"] = {
+        "runs": 20,
+        "by_kind": {"run requests": 1.0, "request/reply hops": 18.0, "run events": 10.0},
+        "hops_by_subject": {"runbus.history.append": 4.0, "runbus.model.complete": 4.0},
+        "kv_and_other_by_subject": {"$KV.RUNBUS_SESSIONS.…": 4.0},
+    }
+
+    text = markdown(measured)
+
+    assert "1 run requests, 18 request/reply hops, 10 run events" in text
+    assert "`runbus.history.append` 4, `runbus.model.complete` 4" in text
+    assert "KV writes and other messages: `$KV.RUNBUS_SESSIONS.…` 4" in text
+
+
+def test_markdown_says_what_bounds_a_level_and_where_one_runs_overhead_goes() -> None:
+    measured = durable()
+    top = measured["slow_model"]["runbus"]["1000"]
+    top["rounds_runs_per_s"] = [55.0, 60.0, 62.0]
+    top["cores_by_process"] = {"model_router": 0.8, "gateway#1": 0.2, "client": 0.1}
+    top["model_server"] = {
+        "cores": 0.1,
+        "cpu_ms_per_call": 0.4,
+        "late_p99_ms": 2.0,
+        "body_p99_ms": 300.0,
+        "lag_p99_ms": 1.5,
+    }
+    measured["overhead"] = {
+        "runs": 20,
+        "latency_ms": 300.0,
+        "overhead_p50_ms": 60.0,
+        "parts_ms": {"model call beyond the model's latency (openai SDK, HTTP)": 24.0},
+        "model_server": {"late_p50_ms": 1.0, "cpu_ms_per_call": 0.4},
+    }
+
+    text = markdown(measured)
+
+    assert (
+        "| 1000 | runbus, six processes | 55.0 / 60.0 / 62.0 | 0.10 | 0.400 | 2.000 | 300.0 "
+        "| 1.500 "
+        "| model_router 0.80, gateway#1 0.20, client 0.10 |"
+    ) in text
+    assert "the busiest process, model_router, at 0.80 cores (73% of runbus's)" in text
+    assert "The model server: 0.10 cores, 0.400 ms CPU per call, answered p99 2.000 ms" in text
+    assert "| model call beyond the model's latency (openai SDK, HTTP) | 24.0 | 40% |" in text
+    assert "the largest parts of runbus's overhead per run are model call beyond" in text
