@@ -77,7 +77,7 @@ PRESENT_ATTRIBUTES: Final = {
     "gen_ai.usage.input_tokens",
     "gen_ai.usage.output_tokens",
 }
-GROUP_COMMITTED: Final = {"send runbus.history.append"}
+GROUP_COMMITTED: Final = {"send runbus.history.append", "send runbus.hist.{tenant}.{session_id}"}
 
 
 class RawReceiver:

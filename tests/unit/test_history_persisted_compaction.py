@@ -13,6 +13,7 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from runbus.headers import RunContext
+from runbus.history_batches import messages_to_store
 from runbus.messages import (
     ChatMessage,
     FunctionCallContent,
@@ -30,7 +31,7 @@ from runbus.messages.compaction import (
     TruncationCompaction,
     TurnsExceed,
 )
-from runbus.messages.history import HistoryCompaction
+from runbus.messages.history import HistoryCompaction, StoredBatch
 from runbus.messages.sessions import StoredCompaction
 from runbus_compaction.strategies import compact
 from runbus_gateway.checkpoints import Checkpointer, persisted_compaction
@@ -52,7 +53,7 @@ calls after which the run stops (a crash: no results, history repairs them on lo
 class Stored:
     """History's stream for one session: batches and compaction markers, in sequence order."""
 
-    entries: list[core.StoredBatch | HistoryCompaction] = field(default_factory=list)
+    entries: list[StoredBatch | HistoryCompaction] = field(default_factory=list)
 
     async def append_history(
         self,
@@ -62,13 +63,15 @@ class Stored:
         release: bool = False,
         history_length: int | None = None,
         compaction: HistoryCompaction | None = None,
-    ) -> None:
+        history_end: int | None = None,
+    ) -> int | None:
         """What history's `on_append` stores: the compaction, then the new messages."""
-        keep, _ = core.messages_to_store(messages)
+        keep, _ = messages_to_store(messages)
         if compaction is not None:
             self.entries.append(core.compaction_to_store(compaction))
         if keep:
-            self.entries.append(core.StoredBatch(messages=keep))
+            self.entries.append(StoredBatch(messages=keep))
+        return len(self.entries)
 
     def load(self) -> tuple[list[ChatMessage], bool]:
         """What history's `_read` returns: from the latest compaction on."""
@@ -76,16 +79,16 @@ class Stored:
         for sequence, entry in enumerate(self.entries):
             if isinstance(entry, HistoryCompaction):
                 start, latest = sequence + 1, entry
-        batches = [e for e in self.entries[start:] if isinstance(e, core.StoredBatch)]
+        batches = [e for e in self.entries[start:] if isinstance(e, StoredBatch)]
         return core.repair(core.loaded(batches, latest)), latest is not None
 
     def originals(self) -> list[ChatMessage]:
-        return core.loaded([e for e in self.entries if isinstance(e, core.StoredBatch)])
+        return core.loaded([e for e in self.entries if isinstance(e, StoredBatch)])
 
     def document(self) -> tuple[list[ChatMessage], list[StoredCompaction]]:
         """What export writes (stream sequence = position + 1)."""
         return core.document_history(
-            [(n + 1, e) for n, e in enumerate(self.entries) if isinstance(e, core.StoredBatch)],
+            [(n + 1, e) for n, e in enumerate(self.entries) if isinstance(e, StoredBatch)],
             [(n + 1, e) for n, e in enumerate(self.entries) if isinstance(e, HistoryCompaction)],
         )
 
@@ -96,9 +99,7 @@ class Stored:
         """What import writes from a document."""
         stored = cls()
         for part in core.document_chunks(messages, compactions, chunk):
-            stored.entries.append(
-                core.StoredBatch(messages=part) if isinstance(part, list) else part
-            )
+            stored.entries.append(StoredBatch(messages=part) if isinstance(part, list) else part)
         return stored
 
 

@@ -130,6 +130,9 @@ class RecordingPorts:
         self.reply_ids: list[str] = []
         self.invoked: list[FunctionCallContent] = []
         self.appended: list[ChatMessage] = []
+        self.history_end = 7
+        """Where the fake session's stored batches end (a stream sequence)."""
+        self.ends_told: list[int | None] = []
         self.stored: list[list[str]] = []
         self.policies: list[ConcurrencyPolicy] = []
         stamp = datetime(2026, 1, 1, tzinfo=UTC)
@@ -149,7 +152,9 @@ class RecordingPorts:
     async def open_session(self, ctx: RunContext, policy: ConcurrencyPolicy) -> SessionOpened:
         self.hops.append("load_history")
         self.policies.append(policy)
-        return SessionOpened(record=self.record, messages=list(self.history))
+        return SessionOpened(
+            record=self.record, messages=list(self.history), history_end=self.history_end
+        )
 
     async def get_session(self, ctx: RunContext) -> SessionRecord:
         return self.record
@@ -242,14 +247,18 @@ class RecordingPorts:
         release: bool = False,
         history_length: int | None = None,
         compaction: HistoryCompaction | None = None,
-    ) -> None:
+        history_end: int | None = None,
+    ) -> int | None:
         self.hops.append("append_history")
+        self.ends_told.append(history_end)
         if release:
             self.releases.append(history_length)
         await take_time(self.append_delay)
         if self.append_error is not None:
             raise self.append_error
         self.appended.extend(messages)
+        self.history_end += 1
+        return self.history_end
 
     async def store_memory(self, ctx: RunContext, texts: list[str]) -> None:
         self.hops.append("store_memory")
@@ -385,6 +394,16 @@ async def test_every_new_message_is_saved_in_order_and_loaded_context_never() ->
         f"{RUN_ID}:m1",
     ]
     assert {m.source for m in ports.appended} == {"external"}
+
+
+async def test_each_append_is_told_where_the_sessions_history_ended_after_the_last() -> None:
+    # The condition a checkpoint is stored directly on: the session as opened (7), then what
+    # each append answered; never a value the run did not hear from history.
+    ports = RecordingPorts([weather(), weather("Perth"), said("Sunny.")])
+
+    await run(ports)
+
+    assert ports.ends_told == [7, 8, 9]
 
 
 async def test_an_input_the_caller_stamps_as_history_is_still_saved() -> None:

@@ -21,6 +21,8 @@ DEADLINE: Final = "rb-deadline"
 ERROR: Final = "rb-error"
 AUTH: Final = "rb-auth"
 MSG_ID: Final = "Nats-Msg-Id"
+EXPECTED_LAST_SUBJECT_SEQUENCE: Final = "Nats-Expected-Last-Subject-Sequence"
+"""On a JetStream publish: store only if the subject's last message has this sequence."""
 PROGRESS: Final = "rb-progress"
 """Subject the serving side sends heartbeats to while it works on a progress-aware request."""
 

@@ -72,6 +72,7 @@ MEMORY_WRITES_CONSUMER: Final = "memory"
 # History storage: one subject per tenant and session inside one stream; records in KV.
 HISTORY_STREAM: Final = "RUNBUS_HISTORY"
 HISTORY_LOG_ALL: Final = f"{PREFIX}.hist.>"
+HISTORY_LOG_TEMPLATE: Final = f"{PREFIX}.hist.{{tenant}}.{{session_id}}"
 SESSIONS_BUCKET: Final = "RUNBUS_SESSIONS"
 
 # Start-up progress of every service process (`runbus up`, `runbus status` listen).
@@ -159,7 +160,8 @@ def session_key(tenant: str, session_id: str) -> str:
 
 
 def history_log(tenant: str, session_id: str) -> str:
-    """Storage subject of one session's messages (internal to the history service)."""
+    """Storage subject of one session's messages: written by the history service and by the
+    gateway for the session its run holds; read only by the history service."""
     return f"{PREFIX}.hist.{tenant}.{session_id}"
 
 

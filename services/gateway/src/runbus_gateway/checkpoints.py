@@ -39,6 +39,11 @@ class Checkpointer:
         """Ids excluded by the compactions persisted so far in this run."""
         self._writer: asyncio.Task[None] | None = None
         self._error: Exception | None = None
+        self.history_end: int | None = None
+        """Stream sequence of the session's last stored batch as this run knows it (set from
+        the session as opened, then from each append): a checkpoint is stored directly only
+        if the session's history still ends there, so it never lands after a write it has
+        not seen (a deleted session, someone else's)."""
 
     def add(self, messages: list[ChatMessage], *, urgent: bool = False) -> None:
         """Queue `messages` for the next append; `urgent` starts it now, in the background."""
@@ -63,7 +68,9 @@ class Checkpointer:
             while self._pending or self._compaction is not None:
                 batch, self._pending = self._pending, []
                 compaction, self._compaction = self._compaction, None
-                await self._ports.append_history(self._ctx, batch, compaction=compaction)
+                self.history_end = await self._ports.append_history(
+                    self._ctx, batch, compaction=compaction, history_end=self.history_end
+                )
         except Exception as exc:
             self._error = exc
 
@@ -83,8 +90,13 @@ class Checkpointer:
             raise self._error
         batch, self._pending = self._pending, []
         compaction, self._compaction = self._compaction, None
-        await self._ports.append_history(
-            self._ctx, batch, release=True, history_length=history_length, compaction=compaction
+        self.history_end = await self._ports.append_history(
+            self._ctx,
+            batch,
+            release=True,
+            history_length=history_length,
+            compaction=compaction,
+            history_end=self.history_end,
         )
 
 

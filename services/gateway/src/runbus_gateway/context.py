@@ -82,6 +82,9 @@ class Start:
     tools: list[ToolSpec]
     prompt: list[ChatMessage]
     progress: Progress
+    history_end: int | None = None
+    """Stream sequence of the session's last stored batch when it was opened (0: none; None:
+    unknown): where this run's first checkpoint may be stored directly."""
 
 
 async def assemble(
@@ -145,4 +148,5 @@ async def assemble(
         tools=tools,
         prompt=prompt,
         progress=progress,
+        history_end=opened.history_end,
     )

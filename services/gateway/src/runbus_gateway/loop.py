@@ -57,6 +57,7 @@ async def execute_run(
     start: Start | None = None
     try:
         start = await assemble(ctx, agent, ports, harness, inputs)
+        checkpoint.history_end = start.history_end
         if start.notice:
             await harness.acknowledge_mode(start.state)
         if not start.resumed_inputs:

@@ -51,6 +51,7 @@ from runbus.telemetry import inject, messaging_attributes
 from .agents import CompactionPolicy, MemoryPolicy
 from .approvals import Approvals
 from .catalog import ToolCatalogCache
+from .history_writes import store_checkpoint
 
 NO_SETTINGS = ModelSettings()
 
@@ -206,8 +207,15 @@ class BusPorts:
         release: bool = False,
         history_length: int | None = None,
         compaction: HistoryCompaction | None = None,
-    ) -> None:
-        await self.bus.call(
+        history_end: int | None = None,
+    ) -> int | None:
+        # A checkpoint that only stores messages goes straight into the history stream; the
+        # release (a session record write) and a persisted compaction go through the service.
+        if history_end and not release and compaction is None:
+            end = await store_checkpoint(self.bus, ctx, messages, history_end)
+            if end is not None:
+                return end
+        reply = await self.bus.call(
             ops.HISTORY_APPEND,
             HistoryAppend(
                 session_id=ctx.session_id,
@@ -218,6 +226,7 @@ class BusPorts:
             ),
             ctx=ctx,
         )
+        return reply.history_end
 
     async def store_memory(self, ctx: RunContext, texts: list[str]) -> None:
         """Hand the statements to the memory service's write stream: the run waits for

@@ -72,7 +72,13 @@ class RunPorts(StatePort, Protocol):
         release: bool = False,
         history_length: int | None = None,
         compaction: HistoryCompaction | None = None,
-    ) -> None: ...
+        history_end: int | None = None,
+    ) -> int | None:
+        """Store `messages` (`release`: and release the session's claim). `history_end` is
+        where the session's stored batches end as far as the run knows (the last append's
+        answer, or the session's as opened; None: unknown); the answer is where they end
+        after this append, None when unknown."""
+        ...
 
     async def store_memory(self, ctx: RunContext, texts: list[str]) -> None: ...
 

@@ -7,52 +7,19 @@ from datetime import UTC, datetime
 
 import msgspec
 
+from runbus.history_batches import MissingMessageId
 from runbus.messages import ChatMessage, FunctionResultContent
-from runbus.messages.history import REPAIR_SUFFIX, HistoryCompaction
+from runbus.messages.history import REPAIR_SUFFIX, HistoryCompaction, StoredBatch
 from runbus.messages.sessions import ConcurrencyPolicy, SessionRecord, StoredCompaction
 
-from .errors import MissingMessageId, SessionBusy, SessionNotFound
+from .errors import SessionBusy, SessionNotFound
 
 RecordChange = Callable[[SessionRecord], SessionRecord]
 """A pure change to a session record, re-applied on the latest revision if a write races."""
 
 ORPHAN_CALL_ERROR = "not executed: the run stopped before this call returned a result"
-
-
-class StoredBatch(msgspec.Struct, frozen=True, kw_only=True):
-    """One stream message: the messages of one append, in order (storage format, not wire)."""
-
-    messages: list[ChatMessage]
-
-
-BATCH_ENCODER = msgspec.json.Encoder()
-BATCH_DECODER = msgspec.json.Decoder(StoredBatch)
 COMPACTION_DECODER = msgspec.json.Decoder(HistoryCompaction)
 RECORD_DECODER = msgspec.json.Decoder(SessionRecord)
-
-
-def messages_to_store(messages: list[ChatMessage]) -> tuple[list[ChatMessage], int]:
-    """The messages an append writes, and how many it skips.
-
-    A message stamped `chat_history` was loaded from here and is never stored again. Whether
-    `context_provider` messages (memories, the todo list) are kept is the agent's choice, made
-    by the gateway: it sends them only when the agent opts in.
-    """
-    keep: list[ChatMessage] = []
-    for index, message in enumerate(messages):
-        if not message.message_id:
-            raise MissingMessageId(index)
-        if message.source != "chat_history":
-            keep.append(message)
-    return keep, len(messages) - len(keep)
-
-
-def batch_id(session_key: str, messages: list[ChatMessage]) -> str:
-    """De-duplication id of one append: a retried append of the same messages has the same id."""
-    digest = hashlib.sha256(session_key.encode())
-    for message in messages:
-        digest.update(b"\0" + message.message_id.encode())
-    return digest.hexdigest()
 
 
 def compaction_to_store(compaction: HistoryCompaction) -> HistoryCompaction:

@@ -1,6 +1,6 @@
 """Errors of the history service."""
 
-from runbus.errors import BadRequest, NotFound, RunbusError, Unauthenticated
+from runbus.errors import NotFound, RunbusError, Unauthenticated
 
 
 class HistoryError(RunbusError):
@@ -15,12 +15,6 @@ class MissingIdentity(Unauthenticated):
             "history needs the trusted rb-prop-tenant and rb-prop-user_id headers; call via "
             "the gateway"
         )
-
-
-class MissingMessageId(BadRequest):
-    def __init__(self, index: int) -> None:
-        super().__init__(f"message {index} has no message_id; history stores each id once")
-        self.index = index
 
 
 class SessionNotFound(NotFound):

@@ -4,7 +4,7 @@
 import asyncio
 import time
 from datetime import UTC, datetime
-from typing import Final, Self
+from typing import Final, NamedTuple, Self
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -13,6 +13,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from runbus import ops, subjects
 from runbus.errors import RunbusError
 from runbus.headers import RunContext
+from runbus.history_batches import batch_id, messages_to_store
 from runbus.messages import (
     ChatMessage,
     HistoryAppend,
@@ -22,7 +23,10 @@ from runbus.messages import (
     is_identifier,
 )
 from runbus.messages.history import (
+    BATCH_DECODER,
+    BATCH_ENCODER,
     HistoryCompaction,
+    StoredBatch,
 )
 from runbus.messages.memory import MemoryForget
 from runbus.messages.sessions import (
@@ -61,6 +65,16 @@ IMPORT_CHUNK: Final = 100
 class Caller(msgspec.Struct, frozen=True):
     tenant: str
     user_id: str
+
+
+class History(NamedTuple):
+    """A session's history as read."""
+
+    messages: list[ChatMessage]
+    compacted: bool
+    """A persisted compaction stands in for older stored messages."""
+    end: int | None
+    """Stream sequence of the last stored batch (0: none); None when the read did not see it."""
 
 
 def caller(ctx: RunContext) -> Caller:
@@ -148,10 +162,10 @@ class HistoryService(Service):
         except BaseException:
             reading.cancel()
             raise
-        messages, compacted = await reading
+        history = await reading
         return HistoryLoaded(
-            messages=core.last_turns(core.repair(messages), request.last_turns),
-            compacted=compacted,
+            messages=core.last_turns(core.repair(history.messages), request.last_turns),
+            compacted=history.compacted,
         )
 
     async def on_append(self, ctx: RunContext, request: HistoryAppend) -> HistoryAppended:
@@ -163,7 +177,7 @@ class HistoryService(Service):
             who.user_id,
             request.session_id,
         )
-        to_store, skipped = core.messages_to_store(request.messages)
+        to_store, skipped = messages_to_store(request.messages)
         if request.compaction is not None:
             # Before the messages: a load takes the compaction, then what was stored after it.
             # It covers every message the run had when it was made, stored earlier or in this
@@ -174,21 +188,21 @@ class HistoryService(Service):
             await store.append(
                 self.nc,
                 markers,
-                core.BATCH_ENCODER.encode(compaction),
+                BATCH_ENCODER.encode(compaction),
                 core.compaction_id(markers, compaction),
             )
-        stored = 0
+        stored, end = 0, None
         if to_store:
             subject = subjects.history_log(who.tenant, request.session_id)
-            data = core.BATCH_ENCODER.encode(core.StoredBatch(messages=to_store))
-            fresh = await store.append(self.nc, subject, data, core.batch_id(subject, to_store))
-            stored, skipped = (len(to_store), skipped) if fresh else (0, len(request.messages))
+            data = BATCH_ENCODER.encode(StoredBatch(messages=to_store))
+            end = await store.append(self.nc, subject, data, batch_id(subject, to_store))
+            stored, skipped = (len(to_store), skipped) if end else (0, len(request.messages))
         if request.release:
             await self._update(
                 record,
                 lambda r: core.released(r, ctx.run_id, request.history_length, datetime.now(UTC)),
             )
-        return HistoryAppended(stored=stored, skipped=skipped)
+        return HistoryAppended(stored=stored, skipped=skipped, history_end=end)
 
     # -- sessions ------------------------------------------------------------------------
 
@@ -215,12 +229,13 @@ class HistoryService(Service):
         if displaced:
             # The displaced run stops at its next step; its messages so far stay in history.
             await self.nc.publish(subjects.run_cancel(who.tenant, who.user_id, displaced[0]), b"")
-        messages, _ = await reading
+        history = await reading
         return SessionOpened(
             record=record,
-            messages=core.last_turns(core.repair(messages), request.last_turns),
+            messages=core.last_turns(core.repair(history.messages), request.last_turns),
             created=created,
             interrupted_run=displaced[0] if displaced else None,
+            history_end=history.end,
         )
 
     async def on_get(self, ctx: RunContext, request: SessionGet) -> SessionInfo:
@@ -275,7 +290,7 @@ class HistoryService(Service):
         )
         timeout = self._timeout(ctx)
         batches = [
-            (sequence, core.BATCH_DECODER.decode(data))
+            (sequence, BATCH_DECODER.decode(data))
             async for sequence, data in store.read_subject(
                 self.nc, subjects.history_log(who.tenant, request.session_id), timeout
             )
@@ -317,11 +332,11 @@ class HistoryService(Service):
         nonce = f"import-{created.revision}:"
         for part in core.document_chunks(document.messages, document.compactions, IMPORT_CHUNK):
             if isinstance(part, list):
-                data = core.BATCH_ENCODER.encode(core.StoredBatch(messages=part))
-                await store.append(self.nc, subject, data, nonce + core.batch_id(subject, part))
+                data = BATCH_ENCODER.encode(StoredBatch(messages=part))
+                await store.append(self.nc, subject, data, nonce + batch_id(subject, part))
             else:
                 compaction = core.compaction_to_store(part)
-                data = core.BATCH_ENCODER.encode(compaction)
+                data = BATCH_ENCODER.encode(compaction)
                 msg_id = nonce + core.compaction_id(markers, compaction)
                 await store.append(self.nc, markers, data, msg_id)
         return SessionInfo(record=created)
@@ -361,10 +376,9 @@ class HistoryService(Service):
 
     async def _read(
         self, ctx: RunContext, who: Caller, session_id: str, *, originals: bool = False
-    ) -> tuple[list[ChatMessage], bool]:
-        """The session's history and whether a persisted compaction stands in for its start:
-        the latest compaction, then only the batches stored after it. `originals` reads every
-        batch and ignores compactions (audit)."""
+    ) -> "History":
+        """The session's history: the latest compaction, then only the batches stored after
+        it. `originals` reads every batch and ignores compactions (audit)."""
         timeout = self._timeout(ctx)
         compaction: HistoryCompaction | None = None
         start = 1
@@ -376,11 +390,14 @@ class HistoryService(Service):
                 start = latest[0] + 1
                 compaction = core.COMPACTION_DECODER.decode(latest[1])
         subject = subjects.history_log(who.tenant, session_id)
-        batches = [
-            core.BATCH_DECODER.decode(data)
-            async for _, data in store.read_subject(self.nc, subject, timeout, start)
-        ]
-        return core.loaded(batches, compaction), compaction is not None
+        batches: list[StoredBatch] = []
+        # Where the stored batches end: the last one read; 0 when none is stored at all;
+        # unknown (None) when a compaction's read skipped them all.
+        end: int | None = 0 if start == 1 else None
+        async for sequence, data in store.read_subject(self.nc, subject, timeout, start):
+            batches.append(BATCH_DECODER.decode(data))
+            end = sequence
+        return History(core.loaded(batches, compaction), compaction is not None, end)
 
     async def _get_or_create(
         self, ctx: RunContext, who: Caller, session_id: str, change: "core.RecordChange"

@@ -11,6 +11,7 @@ from nats.aio.msg import Msg
 from nats.js.api import StorageType, StreamConfig
 
 from runbus import jetstream, subjects
+from runbus.headers import MSG_ID
 
 DUPLICATE_WINDOW: Final = 120.0
 DIRECT_GET_BATCH: Final = 256
@@ -32,10 +33,11 @@ async def ensure_stream(
     await jetstream.ensure_stream(nc, config)
 
 
-async def append(nc: NATS, subject: str, data: bytes, msg_id: str) -> bool:
-    """Store one batch; False if JetStream had it already (a retried append)."""
-    ack = await nc.jetstream().publish(subject, data, headers={"Nats-Msg-Id": msg_id})
-    return not ack.duplicate
+async def append(nc: NATS, subject: str, data: bytes, msg_id: str) -> int | None:
+    """Store one batch: its stream sequence, or None if JetStream had it already (a retried
+    append)."""
+    ack = await nc.jetstream().publish(subject, data, headers={MSG_ID: msg_id})
+    return None if ack.duplicate else ack.seq
 
 
 async def purge(nc: NATS, subject: str) -> None:

@@ -1,4 +1,6 @@
-"""History service requests and replies (`runbus.history.*`)."""
+"""History service requests and replies (`runbus.history.*`), and the batch of messages one
+append stores in the history stream (written by the history service and, for a run's
+checkpoints, by the gateway directly; its rules: `runbus.history_batches`)."""
 
 from typing import Final
 
@@ -44,6 +46,9 @@ class HistoryAppended(Message, frozen=True, tag="history.appended"):
     """Messages written now."""
     skipped: int
     """Messages not written: loaded from history already, or an id stored before."""
+    history_end: int | None = None
+    """Stream sequence of the batch written now: where the session's stored messages end, as
+    far as this append knows. None when it wrote none (nothing new, or a retry)."""
 
 
 class HistoryLoad(Message, frozen=True, tag="history.load"):
@@ -70,3 +75,14 @@ HISTORY_APPEND_DECODER = msgspec.json.Decoder(HistoryAppend)
 HISTORY_APPENDED_DECODER = msgspec.json.Decoder(HistoryAppended)
 HISTORY_LOAD_DECODER = msgspec.json.Decoder(HistoryLoad)
 HISTORY_LOADED_DECODER = msgspec.json.Decoder(HistoryLoaded)
+
+
+class StoredBatch(msgspec.Struct, frozen=True, kw_only=True):
+    """One message of the history stream: the messages of one append, in order (a storage
+    format, not a request)."""
+
+    messages: list[ChatMessage]
+
+
+BATCH_ENCODER = msgspec.json.Encoder()
+BATCH_DECODER = msgspec.json.Decoder(StoredBatch)

@@ -63,6 +63,9 @@ class SessionOpened(Message, frozen=True, tag="sessions.opened"):
     """True if this call created the session."""
     interrupted_run: str | None = None
     """Run that was cancelled to make room (policy `interrupt`)."""
+    history_end: int | None = None
+    """Stream sequence of the session's last stored batch when it was read (0: none stored);
+    None when unknown. A run's checkpoints store directly after it (see `HistoryAppended`)."""
 
 
 class SessionGet(Message, frozen=True, tag="sessions.get"):
