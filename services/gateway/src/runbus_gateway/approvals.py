@@ -133,6 +133,7 @@ class Approvals:
                 left = record.request.expires_at - time.time()
                 with contextlib.suppress(TimeoutError):
                     await watcher.updates(timeout=max(0.01, min(POLL, left)))  # type: ignore[no-untyped-call]
+                _raise_if_cancelled()
         finally:
             await watcher.stop()  # type: ignore[no-untyped-call]
 
@@ -182,3 +183,12 @@ class Approvals:
                 await self.kv.update(key, _ENCODER.encode(closed), last=revision)
                 withdrawn += 1
         return withdrawn
+
+
+def _raise_if_cancelled() -> None:
+    """Python 3.11's `asyncio.wait_for` (inside the watcher) drops a cancel that arrives as an
+    update does; the task still counts it, so the wait ends here instead of lingering until
+    the approval expires (and holding up the run that cancelled it)."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError

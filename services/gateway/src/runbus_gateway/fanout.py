@@ -29,6 +29,8 @@ def refuse_unlisted(call: FunctionCallContent, agent: AgentSpec) -> FunctionResu
 
 
 TERMINATED_ERROR: Final = "not executed: the tool loop was terminated"
+UNWIND_WITHIN: Final = 5.0
+"""Seconds a cancelled run waits for its tool calls' clean-up before it ends anyway."""
 
 
 def result_text(result: FunctionResultContent) -> str:
@@ -67,9 +69,11 @@ async def run_tools(
     except BaseException:
         for task in tasks:
             task.cancel()
-        # Wait for them to unwind: a call's clean-up (its "no longer waiting" status) must not
-        # land after the run's final record.
-        await asyncio.gather(*tasks, return_exceptions=True)
+        # Let them unwind first: a call's clean-up (its "no longer waiting" status) must not
+        # land after the run's final record. Bounded, so a call that ignores its cancel
+        # cannot hold the run's end up.
+        if tasks:
+            await asyncio.wait(tasks, timeout=UNWIND_WITHIN)
         raise
     results = [
         FunctionResultContent(call_id=call.call_id, error=TERMINATED_ERROR)
