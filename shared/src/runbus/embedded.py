@@ -70,6 +70,7 @@ class EmbeddedNats:
                     "--jetstream",
                     "--store_dir", str(self.store_dir),
                     "--ports_file_dir", str(ports_dir),
+                    *self._more_options(),
                 ],
                 stdout=log,
                 stderr=log,
@@ -78,6 +79,10 @@ class EmbeddedNats:
             if not isinstance(log, int):
                 log.close()  # the child holds its own copy of the descriptor
         return self._wait_for_port(ports_dir, timeout)
+
+    def _more_options(self) -> list[str]:
+        """Command-line options a kind of embedded server adds to those above."""
+        return []
 
     def _wait_for_port(self, ports_dir: Path, timeout: float) -> str:
         assert self._process is not None
@@ -142,30 +147,15 @@ class _ClusterNode(EmbeddedNats):
         self.monitoring_port = _free_port()
 
     def start(self, timeout: float = 10.0) -> str:
-        assert self.config_file is not None
-        self.store_dir.mkdir(parents=True, exist_ok=True)
-        ports_dir = Path(tempfile.mkdtemp(prefix="runbus-nats-ports-"))
-        # The cluster is in the config file alone: `--cluster` or `--routes` on the command
-        # line would replace its route credentials (and show them in `ps`).
-        self._process = subprocess.Popen(
-            [
-                str(nats_server_binary()),
-                "--config", str(self.config_file),
-                "--addr", "127.0.0.1",
-                # Same client port after a restart, so clients reconnect where they were.
-                "--port", str(self.port or -1),
-                "--server_name", self.name,
-                "--jetstream",
-                "--store_dir", str(self.store_dir),
-                "--http_port", str(self.monitoring_port),
-                "--ports_file_dir", str(ports_dir),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        url = self._wait_for_port(ports_dir, timeout)
+        url = super().start(timeout)
+        # Same client port after a restart, so clients reconnect where they were.
         self.port = int(url.rsplit(":", 1)[1])
         return url
+
+    def _more_options(self) -> list[str]:
+        # The cluster is in the config file alone: `--cluster` or `--routes` on the command
+        # line would replace its route credentials (and show them in `ps`).
+        return ["--server_name", self.name, "--http_port", str(self.monitoring_port)]
 
     @property
     def running(self) -> bool:
