@@ -9,6 +9,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, overload
 
 import msgspec
+import nats.errors
+import pytest
 from nats.aio.client import Client as NATS
 
 from runbus.client import RunbusClient
@@ -134,3 +136,16 @@ async def approval_requested(
             return item.event
         assert not isinstance(item.event, RunCompleted | RunFailed), item.event
     raise AssertionError(f"run {run_id} asked for no approval")
+
+
+async def refused_raw(url: str, **options: Any) -> str:
+    """What the server says to a plain nats-py connect (which must fail)."""
+    nc = NATS()
+    try:
+        with pytest.raises(nats.errors.Error) as refused:
+            await nc.connect(url, allow_reconnect=False, max_reconnect_attempts=0, **options)
+    finally:
+        await nc.close()
+        if nc._transport is not None:  # nats-py leaves a refused socket open
+            nc._transport.close()  # type: ignore[no-untyped-call]
+    return str(refused.value)

@@ -1,17 +1,18 @@
-"""Start and stop the six services in-process for tests and benchmarks, on a nats-server
-secured as in production (accounts, service credentials, the auth callout)."""
+"""Start and stop the six services in-process for tests and benchmarks, on a nats-server (or a
+3-node cluster) secured as in production (accounts, service credentials, the auth callout)."""
 
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import nats
 from nats.aio.client import Client as NATS
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 
 from runbus import busauth, subjects
-from runbus.embedded import EmbeddedNats
+from runbus.embedded import EmbeddedNats, EmbeddedNatsCluster
 from runbus.service import DEFAULT_OPTIONS, Service, ServiceOptions
 from runbus.telemetry import create_tracer_provider
 from runbus_auth.service import AuthService
@@ -50,8 +51,8 @@ class SecuredNats:
 
     @property
     def url(self) -> str:
-        host = self.client_url.removeprefix("nats://")
-        return f"nats://{busauth.SERVICE_USER}:{self.secrets.service_password}@{host}"
+        credentials = busauth.Credentials(busauth.SERVICE_USER, self.secrets.service_password)
+        return _with_credentials(self.client_url, credentials)
 
     @property
     def data_dir(self) -> Path:
@@ -63,8 +64,7 @@ def service_url(url: str, data_dir: Path) -> str:
     a test acting as a service)."""
     credentials = busauth.stack_credentials(data_dir, busauth.SERVICE_USER)
     assert credentials is not None, f"no service credential under {data_dir}"
-    host = url.removeprefix("nats://")
-    return f"nats://{credentials.user}:{credentials.password}@{host}"
+    return _with_credentials(url, credentials)
 
 
 @asynccontextmanager
@@ -76,21 +76,94 @@ async def secured_nats(
     secrets = busauth.StackSecrets.load_or_create(data_dir)
     config = busauth.write_server_config(data_dir, secrets)
     with EmbeddedNats(data_dir / "jetstream", config_file=config) as server:
-        nc = await nats.connect(
-            server.url,
-            user=busauth.AUTH_USER,
-            password=secrets.auth_password,
-            inbox_prefix=subjects.SERVICE_INBOX_PREFIX,
-        )
-        auth = AuthService(
-            nc, verifier=verifier or TokenVerifier.from_file(), issuer_seed=secrets.issuer_seed
-        )
-        await auth.start()
-        try:
+        async with answering_the_callout(server.url, secrets, verifier) as auth:
             yield SecuredNats(server=server, secrets=secrets, auth=auth, client_url=server.url)
-        finally:
-            await auth.stop()
-            await _drain(nc)
+
+
+@asynccontextmanager
+async def answering_the_callout(
+    url: str | list[str],
+    secrets: busauth.StackSecrets,
+    verifier: TokenVerifier | None = None,
+    connect_options: Mapping[str, Any] | None = None,
+) -> AsyncIterator[AuthService]:
+    """The auth service on its own connection (any node of a cluster will do: the callout
+    requests of every node reach it over the routes)."""
+    nc = await nats.connect(
+        url,
+        user=busauth.AUTH_USER,
+        password=secrets.auth_password,
+        inbox_prefix=subjects.SERVICE_INBOX_PREFIX,
+        **(connect_options or {}),
+    )
+    auth = AuthService(
+        nc, verifier=verifier or TokenVerifier.from_file(), issuer_seed=secrets.issuer_seed
+    )
+    await auth.start()
+    try:
+        yield auth
+    finally:
+        await auth.stop()
+        await _drain(nc)
+
+
+def _with_credentials(url: str, credentials: busauth.Credentials) -> str:
+    host = url.removeprefix("nats://")
+    return f"nats://{credentials.user}:{credentials.password}@{host}"
+
+
+@dataclass
+class SecuredCluster:
+    """`EmbeddedNatsCluster` with the production auth on every node and the auth service
+    in-process, one replica per node. A test acting as a service connects to `client_urls`
+    with `service_login`; a client with its token."""
+
+    cluster: EmbeddedNatsCluster
+    secrets: busauth.StackSecrets
+    auth: list[AuthService]
+
+    @property
+    def client_urls(self) -> list[str]:
+        return self.cluster.urls
+
+    @property
+    def service(self) -> busauth.Credentials:
+        return busauth.Credentials(busauth.SERVICE_USER, self.secrets.service_password)
+
+    @property
+    def service_login(self) -> dict[str, object]:
+        """`nats.connect` options of the service credential. Not in the URLs: nats-py
+        reconnects to the nodes a server announces too, with these options, never with the
+        credentials of another URL."""
+        return {"user": self.service.user, "password": self.service.password}
+
+
+@asynccontextmanager
+async def secured_cluster(
+    root: Path, data_dir: Path, **connect_options: object
+) -> AsyncIterator[SecuredCluster]:
+    """A 3-node cluster under `root` with the stack secrets of `data_dir`, as `secured_nats`
+    runs one server. `connect_options` go to the auth services' connections (their reconnect
+    policy when a node stops)."""
+    secrets = busauth.StackSecrets.load_or_create(data_dir)
+    config = busauth.write_server_config(data_dir, secrets)
+    with EmbeddedNatsCluster(root, config_file=config) as cluster:
+        async with AsyncExitStack() as replicas:
+            # One replica on each node first, as a deployment runs two or more: whichever node
+            # stops, a client that reconnects finds the callout answered (a refused reconnect
+            # is retried, but nats-py leaks the socket of each refused attempt).
+            urls = cluster.urls
+            auth = [
+                await replicas.enter_async_context(
+                    answering_the_callout(
+                        [*urls[index:], *urls[:index]],
+                        secrets,
+                        connect_options={"dont_randomize": True, **connect_options},
+                    )
+                )
+                for index in range(len(urls))
+            ]
+            yield SecuredCluster(cluster=cluster, secrets=secrets, auth=auth)
 
 
 async def _drain(nc: NATS) -> None:

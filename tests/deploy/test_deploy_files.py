@@ -21,6 +21,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from runbus import busauth
 from runbus.cli import build_parser
 from runbus.settings import ENV_PREFIX, Settings
 
@@ -236,11 +237,16 @@ def test_compose_cluster_runs_three_named_nats_nodes_with_the_cluster_config() -
 
     for service, server_name in nodes.items():
         node = services[service]
-        assert node["command"] == ["-c", "/etc/nats/cluster.conf"]
+        (command,) = node["command"]
+        assert node["entrypoint"] == ["/bin/sh", "-c"]
+        assert command.endswith("exec nats-server -c /etc/nats/cluster.conf")
         assert node["environment"]["NATS_SERVER_NAME"] == server_name
+        # The secrets of auth.conf and the route password, as `runbus secrets` wrote them.
+        assert node["env_file"] == ".runbus/compose/secrets/nats.env"
         assert "./deploy/nats/cluster.conf:/etc/nats/cluster.conf:ro" in node["volumes"]
+        assert "./deploy/nats/auth.conf:/etc/nats/auth.conf:ro" in node["volumes"]
         assert "8222/healthz" in " ".join(node["healthcheck"]["test"])
-    # The route URLs of cluster.conf name the nodes; node 1 is the `nats` service.
+    # The route URLs name the nodes; node 1 is the `nats` service.
     assert services["nats"]["networks"]["default"]["aliases"] == ["nats-1"]
     stores = {services[service]["volumes"][1].split(":")[0] for service in nodes}
     assert len(stores) == 3
@@ -297,11 +303,24 @@ def test_no_production_package_imports_the_examples() -> None:
 # deploy/nats
 
 
+# What deploy/nats/cluster.conf reads from the environment, with made-up values.
+CLUSTER_ENV = {
+    "NATS_SERVER_NAME": "nats-1",
+    "NATS_RUNBUS_AUTH_PASSWORD": "auth",
+    "NATS_RUNBUS_SERVICE_PASSWORD": "service",
+    "NATS_RUNBUS_MONITOR_PASSWORD": "monitor",
+    "NATS_RUNBUS_AUTH_ISSUER": "ABJHLOVMPA4CI6R5KLNGOB4GSLNIY7IOUPAJC4YFNDLQVIOBYQGUWVLA",
+    "NATS_SYS_PASSWORD": "sys",
+    "NATS_ROUTE_PASSWORD": "route",
+    "NATS_ROUTE_URLS": "[nats-route://runbus-route:route@nats-2:6222]",
+}
+
+
 @pytest.mark.parametrize("config", ["nats.conf", "cluster.conf"])
 def test_nats_config_is_accepted_by_nats_server(config: str) -> None:
     result = subprocess.run(
         [str(nats_server()), "-t", "-c", str(DEPLOY / "nats" / config)],
-        env={"NATS_SERVER_NAME": "nats-1"},
+        env=CLUSTER_ENV,
         capture_output=True,
         text=True,
         timeout=10,
@@ -309,6 +328,22 @@ def test_nats_config_is_accepted_by_nats_server(config: str) -> None:
     )
 
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("missing", busauth.CLUSTER_VARIABLES)
+def test_nats_cluster_config_refuses_to_start_without_its_route_secrets(missing: str) -> None:
+    env = {name: value for name, value in CLUSTER_ENV.items() if name != missing}
+    result = subprocess.run(
+        [str(nats_server()), "-t", "-c", str(DEPLOY / "nats" / "cluster.conf")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=False,
+    )
+
+    assert result.returncode != 0
+    assert missing in result.stderr
 
 
 @pytest.mark.parametrize("config", ["nats.conf", "cluster.conf"])
@@ -319,10 +354,16 @@ def test_nats_config_enables_jetstream_in_data_with_an_8mb_max_payload(config: s
     assert re.search(r"^max_payload:\s*8MB$", text, re.MULTILINE)
 
 
-def test_nats_cluster_config_routes_to_three_nodes() -> None:
-    text = (DEPLOY / "nats" / "cluster.conf").read_text()
+def test_nats_cluster_nodes_route_to_three_nodes_with_the_route_password() -> None:
+    (command,) = load_yaml(COMPOSE_CLUSTER_FILE)["x-nats-node"]["command"]
+    # `$$` is compose's escape: the node's shell reads the password from its environment.
+    route = r"nats-route://runbus-route:\$\$\{NATS_ROUTE_PASSWORD\}@(nats-\d):6222"
 
-    assert re.findall(r"nats-route://(nats-\d):6222", text) == ["nats-1", "nats-2", "nats-3"]
+    assert re.findall(route, command) == ["nats-1", "nats-2", "nats-3"]
+    assert re.search(
+        r"^\s*user: runbus-route$", (DEPLOY / "nats" / "cluster.conf").read_text(), re.M
+    )
+    assert busauth.ROUTE_USER == "runbus-route"
 
 
 # deploy/k8s
@@ -451,7 +492,8 @@ def test_kubernetes_services_create_r3_streams() -> None:
 def test_nats_helm_values_run_a_cluster_of_three_with_jetstream_on_files() -> None:
     config = load_yaml(HELM / "nats-values.yaml")["config"]
 
-    assert config["cluster"] == {"enabled": True, "replicas": 3}
+    assert config["cluster"]["enabled"] is True
+    assert config["cluster"]["replicas"] == 3
     jetstream = config["jetstream"]
     assert jetstream["enabled"] is True
     assert jetstream["fileStore"]["enabled"] is True
@@ -468,9 +510,29 @@ def test_nats_helm_values_carry_the_auth_config_verbatim_with_its_passwords() ->
     assert values["configMap"]["merge"]["data"]["auth.conf"] == auth
     referenced = set(re.findall(r"\$(NATS_[A-Z_]+)", auth))
     env = values["container"]["env"]
-    assert set(env) == referenced
-    for name in referenced:
+    assert set(env) == referenced | set(busauth.CLUSTER_VARIABLES)
+    for name in referenced | {"NATS_ROUTE_PASSWORD"}:
         assert env[name]["valueFrom"]["secretKeyRef"]["name"] == "nats-auth"
+
+
+def test_nats_helm_values_routes_need_the_route_password() -> None:
+    values = load_yaml(HELM / "nats-values.yaml")
+    cluster = values["config"]["cluster"]["merge"]
+    env = values["container"]["env"]
+
+    assert cluster["authorization"] == {
+        "user": busauth.ROUTE_USER,
+        "password": "<< $NATS_ROUTE_PASSWORD >>",
+    }
+    assert cluster["routes"] == "<< $NATS_ROUTE_URLS >>"
+    # Kubernetes fills in $(NATS_ROUTE_PASSWORD) only from a variable listed before this one,
+    # and the chart lists them in key order.
+    assert sorted(env).index("NATS_ROUTE_PASSWORD") < sorted(env).index("NATS_ROUTE_URLS")
+    routes = re.findall(
+        r"nats-route://runbus-route:\$\(NATS_ROUTE_PASSWORD\)@nats-(\d)\.nats-headless:6222",
+        env["NATS_ROUTE_URLS"],
+    )
+    assert routes == ["0", "1", "2"]
 
 
 def test_qdrant_helm_values_run_three_nodes_in_distributed_mode() -> None:

@@ -7,12 +7,8 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
-import nats
-import nats.errors
 import pytest
-from nats.aio.client import Client as NATS
 
 import runbus.client
 from runbus import subjects
@@ -20,6 +16,7 @@ from runbus.errors import Conflict, Unauthenticated
 from runbus.messages import RunCompleted
 from runbus.messages.auth import Identity
 from runbus.tokens import Principal, TokenVerifier, token_digest
+from tests.helpers import refused_raw
 from tests.stack import SecuredNats, Stack, secured_nats
 
 RUNBUS = str(Path(sys.executable).parent / "runbus")
@@ -62,19 +59,6 @@ async def test_an_unknown_empty_or_expired_token_is_refused_at_connect_in_one_li
     assert "\n" not in message
     assert "refused the token" in message
     assert "RUNBUS_TOKEN" in message
-
-
-async def refused_raw(url: str, **options: Any) -> str:
-    """What the server says to a plain nats-py connect (which must fail)."""
-    nc = NATS()
-    try:
-        with pytest.raises(nats.errors.Error) as refused:
-            await nc.connect(url, allow_reconnect=False, max_reconnect_attempts=0, **options)
-    finally:
-        await nc.close()
-        if nc._transport is not None:  # nats-py leaves a refused socket open
-            nc._transport.close()  # type: ignore[no-untyped-call]
-    return str(refused.value)
 
 
 @pytest.mark.parametrize(

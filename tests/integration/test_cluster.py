@@ -1,26 +1,30 @@
 """Beyond one machine: a 3-node NATS cluster on loopback with every runbus stream and KV bucket
-at 3 replicas. Stopping any one node while 50 runs are in flight loses none of them."""
+at 3 replicas, and on every node the accounts and auth callout of a single secured server. The
+services connect with the service credential, clients with their tokens. Stopping any one node
+while 50 runs are in flight loses none of them; no node lets a client past its own subjects."""
 
 import asyncio
 import json
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import nats
 import nats.errors
 import nats.js.errors
 import pytest
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
-from runbus import subjects
-from runbus.embedded import EmbeddedNatsCluster
+from runbus import busauth, subjects
+from runbus.client import open_connection
 from runbus.jetstream import open_bucket
 from runbus.runner import connect
-from tests.helpers import eventually, raw_request
-from tests.stack import Stack, start_stack
+from runbus.tokens import token_digest
+from tests.helpers import eventually, raw_request, refused_raw
+from tests.stack import SecuredCluster, Stack, secured_cluster, start_stack
 
 RUNS: Final = 50
 IN_FLIGHT: Final = 8
@@ -31,26 +35,27 @@ FINISH_WITHIN: Final = 60.0
 STOP_WITHIN: Final = 45.0
 """Seconds the six services may take to drain and stop after the test."""
 # What a service process uses (runbus.runner.connect): reconnect forever, quickly.
-RECONNECT: Final[dict[str, object]] = {"max_reconnect_attempts": -1, "reconnect_time_wait": 0.5}
+RECONNECT: Final[dict[str, Any]] = {"max_reconnect_attempts": -1, "reconnect_time_wait": 0.5}
 
 pytestmark = pytest.mark.slow  # three-node clusters, elections and node stops
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[EmbeddedNatsCluster]:
-    with EmbeddedNatsCluster(tmp_path / "cluster") as running:
+async def bus(tmp_path: Path) -> AsyncIterator[SecuredCluster]:
+    """The cluster, secured; its auth service follows the cluster when its node stops."""
+    async with secured_cluster(tmp_path / "cluster", tmp_path / "bus", **RECONNECT) as running:
         yield running
 
 
 @pytest.fixture
-async def clustered_stack(cluster: EmbeddedNatsCluster, tmp_path: Path) -> AsyncIterator[Stack]:
+async def clustered_stack(bus: SecuredCluster, tmp_path: Path) -> AsyncIterator[Stack]:
     running = start_stack(
-        cluster.urls,
+        bus.client_urls,
         data_dir=tmp_path / "data",
         stream_replicas=3,
         # A request lost with a node is retried by the run, not waited on for 30 s.
         request_timeout=5.0,
-        connect_options=RECONNECT,
+        connect_options={**RECONNECT, **bus.service_login},
     )
     stack = await running.__aenter__()
     try:
@@ -129,11 +134,17 @@ async def stream_replicas(nc: NATS) -> dict[str, int]:
 
 @pytest.mark.parametrize("role", ["leader", "follower"])
 async def test_stopping_one_node_of_three_during_50_runs_loses_no_run(
-    cluster: EmbeddedNatsCluster, clustered_stack: Stack, role: str
+    bus: SecuredCluster, clustered_stack: Stack, role: str
 ) -> None:
-    nc = await nats.connect(cluster.urls, max_reconnect_attempts=-1, reconnect_time_wait=0.5)
+    cluster = bus.cluster
+    # Alice sends the runs with her token (through the callout of whichever node she is on,
+    # again after a reconnect); the test reads them back as an operator, with the service
+    # credential (the events stream and the queue are not a client's to read).
+    client = await open_connection(bus.client_urls, "dev-alice", **RECONNECT)
+    nc = await nats.connect(bus.client_urls, **RECONNECT, **bus.service_login)
     try:
         js = nc.jetstream()
+        sending = client.jetstream()
         replicas = await stream_replicas(nc)
         assert replicas, "the services created no stream"
         assert set(replicas.values()) == {3}, replicas
@@ -152,7 +163,7 @@ async def test_stopping_one_node_of_three_during_50_runs_loses_no_run(
             nonlocal completed
             run_id = f"r-cluster-{index}"
             async with slots:
-                await publish_run(js, run_id)
+                await publish_run(sending, run_id)
                 outcome = await final_event(js, run_id)
             completed += 1
             if completed >= STOP_AFTER:
@@ -186,27 +197,31 @@ async def test_stopping_one_node_of_three_during_50_runs_loses_no_run(
             drained, 30, retrying=(nats.errors.Error, nats.js.errors.Error), what="queue drained"
         )
     finally:
+        await client.close()
         await nc.close()
 
 
-async def test_a_service_connects_with_a_url_listing_every_node(
-    cluster: EmbeddedNatsCluster,
-) -> None:
+async def test_a_service_connects_with_a_url_listing_every_node(bus: SecuredCluster) -> None:
     # As compose.cluster.yaml sets it: nats://nats-1:4222,nats://nats-2:4222,nats://nats-3:4222
-    cluster.stop_node(0)
+    # and the service's own credential beside it (RUNBUS_NATS_USER, RUNBUS_NATS_PASSWORD_FILE).
+    bus.cluster.stop_node(0)
 
-    nc = await connect(",".join(cluster.urls), "runbus-test")
+    nc = await connect(",".join(bus.client_urls), "runbus-test", credentials=bus.service)
     try:
         assert nc.connected_url is not None
-        assert nc.connected_url.port != cluster.nodes[0].port
+        assert nc.connected_url.port != bus.cluster.nodes[0].port
+        # Connected as the service: an internal subject is its to use (a client's is refused).
+        internal = await nc.subscribe(subjects.HISTORY_LOAD)
+        await nc.publish(subjects.HISTORY_LOAD, b"{}")
+        assert (await internal.next_msg(timeout=5)).data == b"{}"
     finally:
         await nc.close()
 
 
 async def test_a_bucket_made_with_one_replica_gets_three_when_the_deployment_asks(
-    cluster: EmbeddedNatsCluster,
+    bus: SecuredCluster,
 ) -> None:
-    nc = await connect(",".join(cluster.urls), "bucket-test")
+    nc = await connect(",".join(bus.client_urls), "bucket-test", credentials=bus.service)
     try:
         await open_bucket(nc, "runbus_replicas_test", replicas=1)
         await open_bucket(nc, "runbus_replicas_test", replicas=3)
@@ -217,3 +232,98 @@ async def test_a_bucket_made_with_one_replica_gets_three_when_the_deployment_ask
         await nc.drain()
 
     assert info.config.num_replicas == 3
+
+
+# What a client may not do, on every node
+
+
+class Watched:
+    """A connection's errors as the server reported them (permission violations)."""
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+
+    async def on_error(self, error: Exception) -> None:
+        self.errors.append(str(error).lower())
+
+    def refused(self, what: str) -> bool:
+        return any(f"permissions violation for {what.lower()}" in e for e in self.errors)
+
+
+ATTACKS: Final = ("_INBOX.>", subjects.EVENTS_ALL, subjects.events("acme", "alice", "*"))
+"""What Carol (tenant globex, a valid token) subscribes to, hoping for Alice's (tenant acme)
+messages: every inbox, every event, Alice's events."""
+
+
+async def attack_from(node: str, service: NATS, index: int) -> None:
+    """Carol on `node` tries every attack; the server refuses each, and Alice's messages
+    never reach her while her own do."""
+    watched = Watched()
+    carol = await open_connection(node, "dev-carol", error_cb=watched.on_error)
+    try:
+        assert carol.connected_url is not None
+        assert f"{carol.connected_url.hostname}:{carol.connected_url.port}" in node
+        own_subject = subjects.events("globex", "carol", f"r-own-{index}")
+        own = await carol.subscribe(own_subject)
+        stolen = [await carol.subscribe(subject) for subject in ATTACKS]
+        # A request to an internal service: any session's history, for example.
+        await carol.publish(
+            subjects.HISTORY_LOAD, b'{"type":"history.load"}', reply=carol.new_inbox()
+        )
+        await carol.flush()
+        await eventually(
+            lambda: (
+                all(watched.refused(f'subscription to "{subject}"') for subject in ATTACKS)
+                and watched.refused(f'publish to "{subjects.HISTORY_LOAD}"')
+            ),
+            what=f"every attack refused on {node}",
+        )
+
+        # What Alice's connection would receive, then Carol's own event: one publisher and
+        # one account, so Carol's event arrives after the others would have. Again until it
+        # does: her interest reaches the publisher's node over a route, a little later.
+        alice_inbox = f"{subjects.client_inbox_prefix(token_digest('dev-alice'))}.reply"
+
+        async def carol_hears_her_own() -> bool:
+            await service.publish(subjects.events("acme", "alice", "r-1"), b"alice")
+            await service.publish(alice_inbox, b"alice's reply")
+            await service.publish(own_subject, b"carol")
+            try:
+                return (await own.next_msg(timeout=0.5)).data == b"carol"
+            except nats.errors.TimeoutError:
+                return False
+
+        await eventually(carol_hears_her_own, what=f"carol's own event on {node}")
+        assert [sub.pending_msgs for sub in stolen] == [0] * len(stolen)
+    finally:
+        await carol.close()
+
+
+async def test_another_users_token_gets_no_one_elses_events_inbox_or_services_on_any_node(
+    bus: SecuredCluster,
+) -> None:
+    service = await nats.connect(bus.client_urls, **bus.service_login)
+    internal: list[Msg] = []
+
+    async def on_internal(msg: Msg) -> None:
+        internal.append(msg)
+
+    await service.subscribe(subjects.HISTORY_LOAD, cb=on_internal)
+    await service.flush()
+    try:
+        for index, node in enumerate(bus.client_urls):
+            await attack_from(node, service, index)
+        await service.flush()
+        assert internal == []
+    finally:
+        await service.close()
+
+
+async def test_a_connection_without_a_good_credential_is_refused_on_every_node(
+    bus: SecuredCluster,
+) -> None:
+    for url in bus.client_urls:
+        assert "Authorization Violation" in await refused_raw(url)
+        assert "Authorization Violation" in await refused_raw(url, token="dev-mallory")
+        guess = {"user": busauth.SERVICE_USER, "password": "guess"}
+        assert "Authorization Violation" in await refused_raw(url, **guess)

@@ -5,6 +5,8 @@ Three identities bypass the callout with a password of their own: the services (
 account), the auth service (the callout subject, in an account of its own) and the monitor
 (`runbus status`: discovery only). Every other connection presents a bearer token, which the
 auth service turns into a NATS user of the clients' account allowed only that user's subjects.
+The nodes of a cluster route to each other with a route password of their own: a route sees
+every account, so an unauthenticated one would bypass all of the above.
 
 Clients live in an account of their own that imports exactly what they may reach: run
 requests, API calls, whoami, the events stream, and consumer creation on it. A reply subject a
@@ -33,6 +35,8 @@ AUTH_USER: Final = "runbus-auth"
 MONITOR_USER: Final = "runbus-monitor"
 BYPASS_USERS: Final = (SERVICE_USER, AUTH_USER, MONITOR_USER)
 """The users that connect with a password of their own, not through the callout."""
+ROUTE_USER: Final = "runbus-route"
+"""What one node of a cluster presents to another on the route port (never a client)."""
 SECRETS_DIR: Final = "secrets"
 ISSUER_SEED_FILE: Final = "issuer.nk"
 SERVER_CONFIG_FILE: Final = "nats.conf"
@@ -68,16 +72,27 @@ def password_file(data_dir: Path, user: str) -> Path:
     return secrets_dir(data_dir) / f"{user}.password"
 
 
-def _write_secret(path: Path, value: bytes) -> None:
+def write_secret(path: Path, value: bytes) -> None:
     # Created 0600 from the start: the secret is never readable by others, not even briefly.
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(descriptor, "wb") as out:
         out.write(value)
 
 
+def new_password() -> str:
+    """A random password (256 bits) that nats-server reads back as it is from the environment.
+
+    nats-server parses a variable's value as configuration: `-x…` or `1-2…` is refused and
+    `true` is not a string, so `secrets.token_urlsafe` would now and then make a `nats.env`
+    the server cannot start with. A letter, then hex digits, is always a plain string; it is
+    URL-safe too, as the route password goes inside the route URLs as it is.
+    """
+    return "rb" + secrets.token_hex(32)
+
+
 def _read_or_create(path: Path, make: bytes) -> bytes:
     if not path.exists():
-        _write_secret(path, make)
+        write_secret(path, make)
     path.chmod(0o600)
     return path.read_bytes().strip()
 
@@ -99,7 +114,7 @@ class StackSecrets:
         folder.chmod(0o700)
 
         def password(user: str) -> str:
-            made = secrets.token_urlsafe(32).encode()
+            made = new_password().encode()
             return _read_or_create(password_file(data_dir, user), made).decode()
 
         seed = nkeys.encode_seed(secrets.token_bytes(32), nkeys.PREFIX_BYTE_ACCOUNT)
@@ -246,7 +261,7 @@ def write_server_config(data_dir: Path, stack: StackSecrets) -> Path:
     """Write the server configuration of `stack` into the secrets folder (0600)."""
     path = secrets_dir(data_dir) / SERVER_CONFIG_FILE
     path.unlink(missing_ok=True)
-    _write_secret(path, server_config(stack).encode())
+    write_secret(path, server_config(stack).encode())
     return path
 
 
@@ -263,20 +278,29 @@ def stack_credentials(data_dir: Path, user: str) -> Credentials | None:
     return Credentials(user, path.read_text().strip())
 
 
+CLUSTER_VARIABLES: Final = ("NATS_ROUTE_PASSWORD", "NATS_ROUTE_URLS")
+"""What deploy/nats/cluster.conf reads besides auth.conf's: the route password, and every
+node's route URL carrying it (nats-server reads no variable inside a string, so the URLs come
+whole; compose.cluster.yaml and the Helm values build them from the password)."""
+
+
 def write_deploy_env(data_dir: Path, stack: StackSecrets) -> Path:
-    """`nats.env` beside the secrets: the variables deploy/nats/auth.conf reads (0600), for
-    a compose `env_file:` or a Kubernetes Secret."""
-    system = _read_or_create(
-        secrets_dir(data_dir) / "sys.password", secrets.token_urlsafe(32).encode()
-    ).decode()
+    """`nats.env` beside the secrets: the variables deploy/nats/auth.conf reads, and the route
+    password of deploy/nats/cluster.conf (0600), for a compose `env_file:` or a Kubernetes
+    Secret."""
+
+    def password(name: str) -> str:
+        return _read_or_create(secrets_dir(data_dir) / name, new_password().encode()).decode()
+
     values = {
         "NATS_RUNBUS_AUTH_PASSWORD": stack.auth_password,
         "NATS_RUNBUS_SERVICE_PASSWORD": stack.service_password,
         "NATS_RUNBUS_MONITOR_PASSWORD": stack.monitor_password,
         "NATS_RUNBUS_AUTH_ISSUER": stack.issuer_public_key,
-        "NATS_SYS_PASSWORD": system,
+        "NATS_SYS_PASSWORD": password("sys.password"),
+        "NATS_ROUTE_PASSWORD": password("route.password"),
     }
     path = secrets_dir(data_dir) / "nats.env"
     path.unlink(missing_ok=True)
-    _write_secret(path, "".join(f"{k}={v}\n" for k, v in values.items()).encode())
+    write_secret(path, "".join(f"{k}={v}\n" for k, v in values.items()).encode())
     return path

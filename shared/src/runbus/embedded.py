@@ -2,6 +2,7 @@
 started with JetStream on loopback, its store under the data dir."""
 
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -12,6 +13,8 @@ import urllib.request
 from pathlib import Path
 from types import TracebackType
 from typing import Self
+
+from . import busauth
 
 
 class EmbeddedNatsError(RuntimeError):
@@ -67,6 +70,7 @@ class EmbeddedNats:
                     "--jetstream",
                     "--store_dir", str(self.store_dir),
                     "--ports_file_dir", str(ports_dir),
+                    *self._more_options(),
                 ],
                 stdout=log,
                 stderr=log,
@@ -75,6 +79,10 @@ class EmbeddedNats:
             if not isinstance(log, int):
                 log.close()  # the child holds its own copy of the descriptor
         return self._wait_for_port(ports_dir, timeout)
+
+    def _more_options(self) -> list[str]:
+        """Command-line options a kind of embedded server adds to those above."""
+        return []
 
     def _wait_for_port(self, ports_dir: Path, timeout: float) -> str:
         assert self._process is not None
@@ -130,42 +138,24 @@ def _free_port() -> int:
 
 
 class _ClusterNode(EmbeddedNats):
-    """One member of an `EmbeddedNatsCluster`: its own name, store, route and monitoring port."""
+    """One member of an `EmbeddedNatsCluster`: its own name, store, route and monitoring port;
+    its configuration file (`config_file`) holds the cluster block and the route password."""
 
-    def __init__(
-        self, name: str, store_dir: Path, *, cluster: str, route_port: int, routes: list[str]
-    ) -> None:
-        super().__init__(store_dir)
+    def __init__(self, name: str, store_dir: Path, *, config_file: Path) -> None:
+        super().__init__(store_dir, config_file=config_file)
         self.name = name
-        self.cluster = cluster
-        self.route_port = route_port
-        self.routes = routes
         self.monitoring_port = _free_port()
 
     def start(self, timeout: float = 10.0) -> str:
-        self.store_dir.mkdir(parents=True, exist_ok=True)
-        ports_dir = Path(tempfile.mkdtemp(prefix="runbus-nats-ports-"))
-        self._process = subprocess.Popen(
-            [
-                str(nats_server_binary()),
-                "--addr", "127.0.0.1",
-                # Same client port after a restart, so clients reconnect where they were.
-                "--port", str(self.port or -1),
-                "--server_name", self.name,
-                "--jetstream",
-                "--store_dir", str(self.store_dir),
-                "--cluster_name", self.cluster,
-                "--cluster", f"nats://127.0.0.1:{self.route_port}",
-                "--routes", ",".join(self.routes),
-                "--http_port", str(self.monitoring_port),
-                "--ports_file_dir", str(ports_dir),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        url = self._wait_for_port(ports_dir, timeout)
+        url = super().start(timeout)
+        # Same client port after a restart, so clients reconnect where they were.
         self.port = int(url.rsplit(":", 1)[1])
         return url
+
+    def _more_options(self) -> list[str]:
+        # The cluster is in the config file alone: `--cluster` or `--routes` on the command
+        # line would replace its route credentials (and show them in `ps`).
+        return ["--server_name", self.name, "--http_port", str(self.monitoring_port)]
 
     @property
     def running(self) -> bool:
@@ -181,24 +171,62 @@ class _ClusterNode(EmbeddedNats):
             return False
 
 
+def _node_config(
+    *, cluster: str, route_port: int, route_ports: list[int], route_password: str, include: str
+) -> str:
+    routes = ", ".join(
+        f'"nats-route://{busauth.ROUTE_USER}:{route_password}@127.0.0.1:{port}"'
+        for port in route_ports  # a node ignores the route to itself
+    )
+    return (
+        "# One node of an embedded runbus cluster; holds the route password (0600).\n"
+        + (f'include "{include}"\n' if include else "")
+        + f"""cluster {{
+  name: {cluster}
+  listen: "127.0.0.1:{route_port}"
+  authorization {{ user: "{busauth.ROUTE_USER}", password: "{route_password}" }}
+  routes: [{routes}]
+}}
+"""
+    )
+
+
 class EmbeddedNatsCluster:
     """`size` nats-server processes on loopback, routed into one cluster with JetStream
-    (distinct server names and store dirs), for tests of replicated streams and node loss."""
+    (distinct server names and store dirs), for tests of replicated streams and node loss.
 
-    def __init__(self, root: Path, *, size: int = 3, name: str = "runbus") -> None:
+    With `config_file` (see `runbus.busauth.write_server_config`) every node runs with the
+    accounts, users and auth callout of a secured stack; without, it is an open bus. Either
+    way a node accepts a route only with the cluster's own route password, made at random.
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        size: int = 3,
+        name: str = "runbus",
+        config_file: Path | None = None,
+    ) -> None:
+        root.mkdir(parents=True, exist_ok=True)
         route_ports = [_free_port() for _ in range(size)]
-        routes = [f"nats://127.0.0.1:{port}" for port in route_ports]
-        self.nodes = [
-            _ClusterNode(
-                f"{name}-{index + 1}",
-                root / f"{name}-{index + 1}",
+        route_password = busauth.new_password()
+        # nats-server resolves an include against the including file's folder.
+        include = os.path.relpath(config_file.resolve(), root.resolve()) if config_file else ""
+        self.nodes = []
+        for index in range(size):
+            node_name = f"{name}-{index + 1}"
+            node_config = root / f"{node_name}.conf"
+            node_config.unlink(missing_ok=True)
+            text = _node_config(
                 cluster=name,
                 route_port=route_ports[index],
-                # A node ignores the route to itself.
-                routes=routes,
+                route_ports=route_ports,
+                route_password=route_password,
+                include=include,
             )
-            for index in range(size)
-        ]
+            busauth.write_secret(node_config, text.encode())
+            self.nodes.append(_ClusterNode(node_name, root / node_name, config_file=node_config))
 
     @property
     def urls(self) -> list[str]:
