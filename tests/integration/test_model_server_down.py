@@ -31,9 +31,10 @@ model = "small-1"
 async def runbus_status(
     nats_server: SecuredNats, capsys: pytest.CaptureFixture[str], *, as_json: bool = False
 ) -> tuple[int, str]:
-    """`runbus status` (`--json`) as the monitor, against the test's bus."""
+    """`runbus status --wait 2` (`--json`) as the monitor, against the test's bus: a replica
+    slow to answer discovery on a loaded machine is still counted."""
     settings = Settings(nats_url=nats_server.client_url, data_dir=str(nats_server.data_dir))
-    args = argparse.Namespace(json=as_json, ping=None, local=False, pid=None, wait=None)
+    args = argparse.Namespace(json=as_json, ping=None, local=False, pid=None, wait=2.0)
     capsys.readouterr()
     code = await status.handle(settings, args)
     return code, capsys.readouterr().out
