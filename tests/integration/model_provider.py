@@ -187,7 +187,8 @@ class LoopbackProvider:
     """`POST /v1/chat/completions` on 127.0.0.1; replies come from `replies` in order, then
     `default` (a short text answer) for every request after them."""
 
-    def __init__(self, name: str = "loopback") -> None:
+    def __init__(self, name: str = "loopback", port: int = 0) -> None:
+        """On `port` (0: any free one)."""
         self.name = name
         self.replies: deque[Reply] = deque()
         self.default: Callable[[], Reply] = lambda: text_reply("Hello from the loopback provider.")
@@ -206,7 +207,7 @@ class LoopbackProvider:
         self.client_left = asyncio.Event()
         self.first_chunk_sent = asyncio.Event()
         self._server: asyncio.Server | None = None
-        self.port = 0
+        self.port = port
 
     @property
     def base_url(self) -> str:
@@ -216,7 +217,7 @@ class LoopbackProvider:
         self.replies.extend(replies)
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._connection, "127.0.0.1", 0)
+        self._server = await asyncio.start_server(self._connection, "127.0.0.1", self.port)
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:
@@ -337,8 +338,8 @@ class LoopbackProvider:
 
 
 @asynccontextmanager
-async def loopback(name: str = "loopback") -> AsyncIterator[LoopbackProvider]:
-    provider = LoopbackProvider(name)
+async def loopback(name: str = "loopback", port: int = 0) -> AsyncIterator[LoopbackProvider]:
+    provider = LoopbackProvider(name, port)
     await provider.start()
     try:
         yield provider

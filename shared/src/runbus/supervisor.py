@@ -443,7 +443,8 @@ class ProcessStack:
             if now >= next_ping:
                 next_ping = now + PING_EVERY
                 await self._ping(waiting)
-            waiting = [replica for replica in waiting if replica.state != "ready"]
+            # A degraded replica is ready: it serves, without one of its dependencies.
+            waiting = [r for r in waiting if r.state not in ("ready", "degraded")]
             if not waiting:
                 return
             for replica in waiting:

@@ -46,6 +46,7 @@ from .openai_wire import (
     to_openai_tools,
 )
 from .provider_errors import classify_status, classify_stream_error
+from .server_health import GATEWAY_DOWN, ServerHealth, problem_of, shown_url
 from .sse import SSEDecoder
 
 log = structlog.get_logger()
@@ -94,7 +95,16 @@ class OpenAIEndpoint:
         merged = httpx2.Headers(headers)
         merged.update(config.headers)  # by name, whatever its case: a backend's own win
         self.base_url = base.rstrip("/") + "/"
+        self.shown_url = shown_url(base.rstrip("/"))
+        """The base URL as a log line or an error may show it (no credentials)."""
         self.http = httpx2.AsyncClient(headers=merged, limits=LIMITS)
+        self.health: ServerHealth | None = None
+        """This server's health, told of every call's outcome (when it is watched)."""
+
+    @property
+    def models_url(self) -> str:
+        """What the health probe asks (the model list: cheap, and every server has it)."""
+        return f"{self.base_url}models"
 
     def url(self, model: str) -> str:
         """Where `model`'s chat completions go (Azure: the deployment named `model`)."""
@@ -178,14 +188,17 @@ class OpenAIChatModel:
             await self._exchange(
                 REQUEST_ENCODER.encode(params), assembler, None if structured else on_delta
             )
+        except (httpx2.ConnectError, httpx2.ConnectTimeout) as exc:
+            problem = problem_of(exc)
+            if self.client.health is not None:
+                self.client.health.unreachable(problem)
+            raise ProviderUnavailable(self._unanswered(problem)) from None
         except httpx2.TimeoutException:
+            self._doubt()
             raise ProviderUnavailable(f"no answer within {self.timeout:g}s") from None
         except httpx2.RequestError as exc:
-            # Name the server and where it is configured: the operator's next step.
-            raise ProviderUnavailable(
-                f"model server at {self.client.base_url} (a backend's base_url in "
-                f"RUNBUS_MODEL_ROUTES) does not answer: {exc or type(exc).__name__}"
-            ) from None
+            self._doubt()
+            raise ProviderUnavailable(self._unanswered(str(exc) or type(exc).__name__)) from None
         except msgspec.DecodeError as exc:  # an event that is not a chunk
             raise ProviderUnavailable(f"unreadable stream: {exc}") from None
         except RunbusError:
@@ -212,6 +225,17 @@ class OpenAIChatModel:
             usage=usage,
         )
 
+    def _unanswered(self, problem: str) -> str:
+        # Name the server and where it is configured: the operator's next step.
+        return (
+            f"model server at {self.client.shown_url} (a backend's base_url in "
+            f"RUNBUS_MODEL_ROUTES) does not answer: {problem}"
+        )
+
+    def _doubt(self) -> None:
+        if self.client.health is not None:
+            self.client.health.doubt()
+
     async def _exchange(
         self, body: bytes, assembler: StreamAssembler, on_delta: OnDelta | None
     ) -> None:
@@ -224,6 +248,12 @@ class OpenAIChatModel:
             params=self.client.query,
             timeout=self._timeout,
         ) as response:
+            if self.client.health is not None:
+                # Any answer but a gateway's "the server behind me is gone" proves it is there.
+                if response.status_code in GATEWAY_DOWN:
+                    self.client.health.doubt()
+                else:
+                    self.client.health.answered()
             if not response.is_success:
                 raise classify_status(
                     response.status_code,

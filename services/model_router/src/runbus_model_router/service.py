@@ -14,7 +14,7 @@ from nats.aio.subscription import Subscription
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.sdk.trace import TracerProvider
 
-from runbus import blobs, ops, subjects
+from runbus import blobs, ops, progress, subjects
 from runbus.bus import heartbeats
 from runbus.headers import RunContext
 from runbus.messages import ModelRequest, ModelResponse, RunTextDelta
@@ -22,6 +22,7 @@ from runbus.messages.model import (
     ModelUsageQuery,
     ModelUsageReport,
 )
+from runbus.progress import Progress
 from runbus.service import DEFAULT_OPTIONS, Endpoint, Service, ServiceOptions
 from runbus.settings import Settings
 
@@ -34,10 +35,18 @@ from .middleware import ChatMiddleware, Metrics, PromptAudit, Redactor, Tracing
 from .openai_chat import OpenAIChatModel, OpenAIEndpoint, open_client, server_of
 from .plugins import load_backends
 from .routing import Target, build_table
+from .server_health import ModelServer, ServerHealth, ServerWatch, http_probe
 from .usage import report, utc_day
 
 RECENT_CANCELS: Final = 1024
 """Cancelled runs remembered, so a call that arrives after its run's cancel is refused."""
+
+
+def _process_progress(service: str) -> Progress:
+    """The process's progress when the runner made it for this service; else (in a test, in
+    a process running several services) one of its own, which logs without publishing."""
+    current = progress.current()
+    return current if current.service == service else Progress(service)
 
 
 class ModelRouterService(Service):
@@ -54,13 +63,16 @@ class ModelRouterService(Service):
         meter_provider: MeterProvider | None = None,
         stream_replicas: int = 1,
         options: ServiceOptions = DEFAULT_OPTIONS,
+        reporter: Progress | None = None,
     ) -> None:
         """`routes` are plug-in routes by name (`RUNBUS_MODEL_BACKENDS`, or test backends);
-        `config` adds the routes file's backends, routes, rules and budgets."""
+        `config` adds the routes file's backends, routes, rules and budgets. A model server
+        that is down is reported to `reporter` (default: this process's progress)."""
         super().__init__(nc, options=options)
         self.config = config or RouterConfig()
         self.clients: dict[str, OpenAIEndpoint] = {}
         self.table = build_table(routes, self.config, self._openai_target)
+        self.watch = self._watch_servers(reporter or _process_progress(self.name))
         audit = (
             [PromptAudit(Redactor(self.config.audit.redact))] if self.config.audit.enabled else []
         )
@@ -113,6 +125,26 @@ class ModelRouterService(Service):
             server=server_of(client),
         )
 
+    def _watch_servers(self, reporter: Progress) -> ServerWatch:
+        """One health check per distinct server URL the routes call."""
+        by_url: dict[str, list[str]] = {}
+        for name, client in self.clients.items():
+            by_url.setdefault(client.base_url, []).append(name)
+        watched = []
+        for names in by_url.values():
+            client = self.clients[names[0]]
+            routes = sorted(
+                route
+                for route, config in self.config.routes.items()
+                if any(target.backend in names for target in config.targets)
+            )
+            server = ModelServer(url=client.shown_url, backends=tuple(names), routes=tuple(routes))
+            health = ServerHealth(server, reporter)
+            for name in names:
+                self.clients[name].health = health
+            watched.append((health, http_probe(client.http, client.models_url, client.query)))
+        return ServerWatch(watched)
+
     def endpoints(self) -> list[Endpoint]:
         return [
             Endpoint.for_op(ops.MODEL_COMPLETE, self.on_complete),
@@ -132,6 +164,8 @@ class ModelRouterService(Service):
             middleware=self.middleware,
         )
         self._cancel_sub = await self.nc.subscribe(subjects.CANCEL_ALL, cb=self.on_cancel)
+        # In the background: a server that is down makes the router degraded, not late.
+        self.watch.start()
 
     async def on_stop(self) -> None:
         if self._cancel_sub is not None:
@@ -141,6 +175,7 @@ class ModelRouterService(Service):
             await self.ledger.close()
         if self.provenance is not None:
             await self.provenance.close()
+        await self.watch.stop()
         for client in self.clients.values():
             await client.close()
 

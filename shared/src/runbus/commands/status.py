@@ -1,13 +1,15 @@
 """`runbus status`: every service's replicas, versions and per-endpoint stats from nats.micro
-discovery (`$SRV.PING|INFO|STATS`); `--ping <service>` is the health check of one service, and
-with `--local` (and `--pid`) of the replica in this pod (or this process) only."""
+discovery (`$SRV.PING|INFO|STATS`), with what the processes not ready yet wait on and what the
+degraded ones do without (their progress reports); `--ping <service>` is the health check of
+one service, and with `--local` (and `--pid`) of the replica in this pod (or this process)
+only."""
 
 import argparse
 import asyncio
 import contextlib
 import socket
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
@@ -26,7 +28,8 @@ from ..supervisor import SERVICES as ALL_SERVICES
 from ._common import Subparsers, stack_url
 
 PROGRESS_WAIT: Final = 1.2
-"""Seconds to hear the progress of processes not ready yet (they report every second)."""
+"""Seconds to hear the progress of processes not ready yet or degraded (they report every
+second); heard while discovery collects its replies."""
 DISCOVERY_WAIT: Final = 0.3
 """Seconds to collect replies: every replica answers, and nothing says how many there are."""
 PING_WAIT: Final = 2.0
@@ -135,6 +138,9 @@ class Status(msgspec.Struct, frozen=True, kw_only=True):
     """Every runbus service (missing ones with 0 replicas), then any other micro service."""
     starting: list[ServiceProgress] = []
     """Processes not ready yet, each with its step and, while it waits, what is down."""
+    degraded: list[ServiceProgress] = []
+    """Ready processes that serve with a dependency down, each with the reason (naming the
+    URL and the setting): a model server of one route, while the others still answer."""
 
 
 def register(subparsers: Subparsers) -> None:
@@ -188,17 +194,23 @@ async def handle(settings: Settings, args: argparse.Namespace) -> int:
             local = args.local or args.pid is not None
             wait = args.wait if args.wait is not None else PING_WAIT if local else DISCOVERY_WAIT
             return await ping(nc, args.ping, wait=wait, local=local, pid=args.pid)
-        status = await discover(
-            nc, redact_url(url), wait=DISCOVERY_WAIT if args.wait is None else args.wait
+        wait = DISCOVERY_WAIT if args.wait is None else args.wait
+        status, reports = await asyncio.gather(
+            discover(nc, redact_url(url), wait=wait), progress_reports(nc, PROGRESS_WAIT)
         )
-        if any(s.ready == 0 for s in status.services if s.name in SERVICES):
-            status = msgspec.structs.replace(status, starting=await starting(nc, PROGRESS_WAIT))
+        status = with_progress(status, reports)
     finally:
         await nc.close()
     if args.json:
         print(msgspec.json.encode(status).decode())
     else:
         print(render(status))
+    return exit_code(status)
+
+
+def exit_code(status: Status) -> int:
+    """1 when one of the services has no ready replica; a degraded one is ready (it answers,
+    and its other routes may serve), so it alone does not fail the check."""
     missing = [s.name for s in status.services if s.name in SERVICES and s.ready == 0]
     return 1 if missing else 0
 
@@ -276,9 +288,9 @@ async def discover(nc: NATS, url: str, *, wait: float = DISCOVERY_WAIT) -> Statu
     )
 
 
-async def starting(nc: NATS, wait: float) -> list[ServiceProgress]:
-    """The latest progress report of every process that is not ready, heard within `wait`
-    seconds (a starting process reports every second)."""
+async def progress_reports(nc: NATS, wait: float) -> list[ServiceProgress]:
+    """The latest progress report of every process that is not plainly ready (starting,
+    waiting, degraded, stopping), heard within `wait` seconds (they report every second)."""
     latest: dict[str, ServiceProgress] = {}
 
     async def on_report(msg: Msg) -> None:
@@ -296,8 +308,19 @@ async def starting(nc: NATS, wait: float) -> list[ServiceProgress]:
     )
 
 
+def with_progress(status: Status, reports: list[ServiceProgress]) -> Status:
+    """`status` with the processes not ready yet and the degraded ones."""
+    return msgspec.structs.replace(
+        status,
+        starting=[r for r in reports if r.state != "degraded"],
+        degraded=[r for r in reports if r.state == "degraded"],
+    )
+
+
 def describe(report: ServiceProgress) -> str:
     """`memory (host:42) waiting: Qdrant at … (RUNBUS_QDRANT_URL): refused, try 3`."""
+    if report.state == "degraded":
+        return f"{report.service} ({report.instance}) degraded: {report.reason}"
     if report.state == "waiting":
         return (
             f"{report.service} ({report.instance}) not ready, waiting at {report.step!r}: "
@@ -485,8 +508,11 @@ def render(status: Status) -> str:
         "AVG MS",
     )
     rows: list[tuple[str, ...]] = []
+    degraded = Counter(report.service for report in status.degraded)
     for service in status.services:
         replicas = f"{service.ready}/{service.replicas} ready" if service.replicas else "none"
+        if degraded[service.name]:
+            replicas += f", {degraded[service.name]} degraded"
         first = (service.name, replicas, ",".join(service.versions) or "-")
         if not service.endpoints:
             rows.append((*first, "-", "", "", "", ""))
@@ -512,5 +538,5 @@ def render(status: Status) -> str:
         ]
         return "  ".join(cells).rstrip()
 
-    notes = [describe(report) for report in status.starting]
+    notes = [describe(report) for report in (*status.starting, *status.degraded)]
     return "\n".join([f"NATS {status.url}", line(header), *map(line, rows), *notes])

@@ -72,6 +72,8 @@ def on_progress(replica: Replica, report: ServiceProgress) -> None:
             f"{replica.label} waiting ({report.step}): {report.reason}; retrying "
             f"(try {report.attempt})"
         )
+    elif report.state == "degraded":
+        say(f"{replica.label} ready but degraded: {report.reason}")
     elif report.state == "ready":
         say(f"{replica.label} ready ({time.monotonic() - replica.spawned_at:.1f} s)")
 
