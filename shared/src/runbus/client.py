@@ -46,7 +46,7 @@ from .messages.auth import Identity, WhoAmI
 from .messages.errors import ERROR_DECODER
 from .messages.runs import RUN_EVENT_DECODER, RunGet
 from .ops import Op
-from .telemetry import inject, messaging_attributes
+from .telemetry import inject, messaging_attributes, traceparent_trace_id
 from .tokens import token_digest
 
 T = TypeVar("T")
@@ -69,6 +69,9 @@ class SequencedEvent(msgspec.Struct, frozen=True):
 
     seq: int
     event: RunEvent
+    trace_id: str = ""
+    """The run's trace id (32 hex digits, as Jaeger shows it): every event is published inside
+    the run's trace, with its W3C `traceparent`; empty when it carried none or a malformed one."""
 
 
 JS_APIS = (subjects.CLIENT_JS_API, "$JS.API")
@@ -309,7 +312,11 @@ class RunbusClient:
                 except nats.errors.TimeoutError:
                     raise Unavailable(f"no event from run {run_id} for {timeout:.0f}s") from None
                 event = RUN_EVENT_DECODER.decode(msg.data)
-                yield SequencedEvent(seq=msg.metadata.sequence.stream, event=event)
+                yield SequencedEvent(
+                    seq=msg.metadata.sequence.stream,
+                    event=event,
+                    trace_id=traceparent_trace_id(msg.headers),
+                )
                 if isinstance(event, RunCompleted | RunFailed):
                     return
         finally:

@@ -1,6 +1,7 @@
 """The web console in a real browser (Debian's headless Chromium driven by Playwright): sign in,
-start a run, approve its booking, watch the answer stream in, and be refused another user's run.
-Screenshots of each step are kept in the test's tmp dir (and in $RUNBUS_SCREENSHOTS if set)."""
+start a run, approve its booking, watch the answer stream in, and be refused another user's run;
+open a run started through the SDK and see its trace link. Screenshots of each step are kept in
+the test's tmp dir (and in $RUNBUS_SCREENSHOTS if set)."""
 
 import asyncio
 import os
@@ -12,6 +13,7 @@ import msgspec
 import pytest
 from playwright.async_api import Browser, Page, async_playwright, expect
 
+from runbus.client import connect
 from runbus.messages import ChatMessage, ModelRequest, ModelResponse, TextContent, Usage
 from runbus_examples import AGENTS_DIR
 from runbus_gateway.agents import load_agents
@@ -146,3 +148,44 @@ async def test_a_person_signs_in_runs_approves_watches_the_answer_and_is_refused
         "3-completed.png",
         "4-refused.png",
     ]
+
+
+@pytest.mark.browser
+async def test_a_browser_that_did_not_start_a_run_shows_its_trace_link(
+    nats_server: SecuredNats, tmp_path: Path, browser: Browser
+) -> None:
+    """The run is started through the SDK, and opened live and again once it has ended."""
+    model = BookingModel()
+    agents = {"travel": msgspec.structs.replace(load_agents(AGENTS_DIR)["travel"], model="booking")}
+    screenshots = tmp_path / "screenshots"
+    screenshots.mkdir()
+    async with (
+        start_stack(nats_server.url, data_dir=tmp_path, agents=agents, routes={"booking": model}),
+        ingress(nats_server.url, jaeger_url=JAEGER) as (base, _),
+        connect(nats_server.client_url, token="dev-alice") as sdk,
+    ):
+        run_id, trace_id = await sdk.start_traced(
+            "travel", "Book QF412 in business, please", session_id="s-sdk"
+        )
+        link = f"{JAEGER}/trace/{trace_id}"
+        page = await browser.new_page(viewport={"width": 1200, "height": 800})
+        await sign_in(page, base, "dev-alice")
+        await page.goto(f"{base}/#run/{run_id}")
+        # Live: the run waits for a person while the page opens it.
+        await expect(page.locator("#run-status [data-status]")).to_have_text("waiting_approval")
+        trace = page.locator("#trace")
+        await expect(trace).to_have_text(trace_id)
+        await expect(trace).to_have_attribute("href", link)
+        await shot(page, screenshots, "1-started-elsewhere")
+        await page.get_by_role("button", name="Approve").click()
+        await asyncio.wait_for(model.halfway.wait(), 20)
+        model.finish.set()
+        await expect(page.locator("#run-status [data-status]")).to_have_text("completed")
+
+        # Replayed: the ended run opened again, in a browser that never saw it start.
+        later = await browser.new_page(viewport={"width": 1200, "height": 800})
+        await sign_in(later, base, "dev-alice")
+        await later.goto(f"{base}/#run/{run_id}")
+        await expect(later.locator("#answer")).to_contain_text("Booked: confirmation RB-")
+        await expect(later.locator("#trace")).to_have_attribute("href", link)
+        await shot(later, screenshots, "2-replayed-elsewhere")

@@ -206,6 +206,28 @@ async def test_another_users_run_is_not_found(
     assert owner == 200
 
 
+async def test_a_run_started_through_the_sdk_shows_its_trace_id_to_its_owner_only(
+    http: aiohttp.ClientSession, alice: RunbusClient
+) -> None:
+    run_id, trace_id = await alice.start_traced("travel", "Weather in Perth?", session_id="h4")
+    bus = await _collect(alice.follow(run_id, timeout=20))
+
+    async with http.get(f"/v1/runs/{run_id}/events", headers=ALICE) as response:
+        headers = response.headers
+        events = await read_sse(response)
+    async with http.get(f"/v1/runs/{run_id}/events?after={bus[1].seq}", headers=ALICE) as response:
+        resumed_trace = response.headers.get("Runbus-Trace-Id")
+        await read_sse(response)
+    async with http.get(f"/v1/runs/{run_id}/events", headers=BOB) as response:
+        refused = (*await error_of(response), response.headers.get("Runbus-Trace-Id"))
+
+    assert headers["Runbus-Run-Id"] == run_id
+    assert headers["Runbus-Trace-Id"] == trace_id
+    assert resumed_trace == trace_id
+    assert as_bus_sees_it(events) == bus_view(bus)
+    assert refused == (404, "not_found", None)
+
+
 async def test_cancel_ends_a_running_run_and_its_stream(
     nats_server: SecuredNats, tmp_path: Path, alice: RunbusClient
 ) -> None:

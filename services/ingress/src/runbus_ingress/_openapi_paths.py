@@ -35,6 +35,23 @@ def _errors(*statuses: int, openai: bool = False) -> dict[str, Any]:
     return {str(s): _ok(described[s], name) for s in statuses}
 
 
+RUN_HEADERS: Final = {
+    "Runbus-Run-Id": {
+        "description": "the run",
+        "schema": {"type": "string", "pattern": r"^[A-Za-z0-9_-]{1,128}$"},
+    },
+    "Runbus-Trace-Id": {
+        "description": "the run's trace id (Jaeger's `/trace/<id>`), whoever started the run;"
+        " absent when its events carry no trace context",
+        "schema": {"type": "string", "pattern": "^[0-9a-f]{32}$"},
+    },
+}
+
+
+def _with_run_headers(response: dict[str, Any]) -> dict[str, Any]:
+    return {**response, "headers": RUN_HEADERS}
+
+
 def _param(name: str, where: str = "path", **schema: Any) -> dict[str, Any]:
     return {
         "name": name,
@@ -77,14 +94,16 @@ COMMON = (400, 401, 404, 503)
 
 def paths() -> dict[str, dict[str, Any]]:
     sse_or_json = {
-        "200": {
-            "description": "the run's events as SSE, or `run.completed` with `?wait=true`",
-            "content": {
-                SSE: {"schema": {"type": "string"}},
-                JSON: {"schema": _ref("RunCompleted")},
-            },
-        },
-        "202": _ok("with `?detach=true`: the run is on its way", "Detached"),
+        "200": _with_run_headers(
+            {
+                "description": "the run's events as SSE, or `run.completed` with `?wait=true`",
+                "content": {
+                    SSE: {"schema": {"type": "string"}},
+                    JSON: {"schema": _ref("RunCompleted")},
+                },
+            }
+        ),
+        "202": _with_run_headers(_ok("with `?detach=true`: the run is on its way", "Detached")),
     }
     flags = [_param(f, "query", type="string", enum=["true", "false"]) for f in ("wait", "detach")]
     return {
@@ -115,7 +134,9 @@ def paths() -> dict[str, dict[str, Any]]:
             "get": _op(
                 "Replay then follow a run's events",
                 {
-                    "200": _ok("SSE: `id` sequence, `event` type, `data` JSON", media=SSE),
+                    "200": _with_run_headers(
+                        _ok("SSE: `id` sequence, `event` type, `data` JSON", media=SSE)
+                    ),
                     "204": {"description": "the run has ended and nothing is left"},
                     **_errors(*COMMON),
                 },

@@ -159,6 +159,10 @@ async def on_run_events(request: web.Request) -> web.StreamResponse:
                     raise
                 # 204 tells an EventSource to stop reconnecting: there is nothing left to send.
                 return web.Response(status=204, headers=headers)
+            # Every event is published inside the run's trace: the first names it for a run
+            # started anywhere (the CLI, the SDK, another browser), not only through this route.
+            if first is not None and first.trace_id:
+                headers[TRACE_ID_HEADER] = first.trace_id
             return await stream(request, run_id, first, paced, headers)
 
 

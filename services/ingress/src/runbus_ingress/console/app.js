@@ -34,11 +34,13 @@ async function api(path, options = {}) {
   return response.status === 204 ? null : response.json();
 }
 
-// SSE over fetch (an EventSource cannot send the Authorization header).
-async function follow(runId, onEvent, signal) {
+// SSE over fetch (an EventSource cannot send the Authorization header). `onTrace` gets the
+// run's trace id from the stream's `Runbus-Trace-Id` (null when the stream does not name one).
+async function follow(runId, onEvent, onTrace, signal) {
   const response = await fetch(`/v1/runs/${encodeURIComponent(runId)}/events`, {
     headers: { Authorization: `Bearer ${state.token}` }, signal,
   });
+  if (response.ok) onTrace(response.headers.get("Runbus-Trace-Id"));
   if (response.status === 204) return;
   if (!response.ok) {
     const body = await response.json().catch(() => ({ error: { code: "error", message: response.statusText } }));
@@ -116,6 +118,13 @@ function traceLink(traceId) {
   return url.includes("{trace_id}") ? url.replace("{trace_id}", traceId) : `${url}/trace/${traceId}`;
 }
 
+function traceView(traceId) {
+  if (!traceId) return el("span", { class: "muted" }, "not known (no stored event of the run names one)");
+  return state.config.jaeger_url
+    ? el("a", { id: "trace", class: "mono", href: traceLink(traceId), target: "_blank", rel: "noopener" }, traceId)
+    : el("span", { id: "trace", class: "mono" }, traceId);
+}
+
 async function runPage(runId) {
   let record;
   try { record = await runRecord(runId); } catch (error) {
@@ -127,10 +136,10 @@ async function runPage(runId) {
   const todos = el("ul", { id: "todos" });
   const usage = el("div", { id: "usage", class: "muted" }, "—");
   const badge = el("span", { id: "run-status" }, status(record.status));
-  const traceId = localStorage.getItem(`runbus.trace.${runId}`);
-  const trace = traceId
-    ? (state.config.jaeger_url ? el("a", { id: "trace", href: traceLink(traceId), target: "_blank" }, traceId) : el("span", { id: "trace", class: "mono" }, traceId))
-    : el("span", { class: "muted" }, "not known here (the run was started elsewhere)");
+  // Known at once for a run started in this browser; for any other, the events stream names it.
+  const startedHere = localStorage.getItem(`runbus.trace.${runId}`);
+  const trace = el("span", { id: "trace-slot" }, startedHere ? traceView(startedHere) : el("span", { class: "muted" }, "…"));
+  const onTrace = (traceId) => trace.replaceChildren(traceView(traceId || startedHere));
   show(el("h1", {}, "Run ", el("span", { class: "mono" }, runId), " ", badge),
     el("p", { class: "muted" }, `agent ${record.agent} · session `, el("a", { href: `#session/${record.session_id}` }, record.session_id), " · trace ", trace),
     el("div", { class: "grid" },
@@ -190,7 +199,7 @@ async function runPage(runId) {
         break;
     }
   };
-  follow(runId, onEvent, controller.signal).catch((error) => { if (error.name !== "AbortError") answer.after(failure(error)); });
+  follow(runId, onEvent, onTrace, controller.signal).catch((error) => { if (error.name !== "AbortError") answer.after(failure(error)); });
 }
 
 async function sessionsPage() {
