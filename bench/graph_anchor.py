@@ -116,8 +116,8 @@ TOOL_SCHEMAS = [
 
 
 def openai_node(base_url: str) -> Any:
-    """A model node calling the loopback server with the openai SDK, streamed, as runbus's
-    model_router does."""
+    """A model node calling the loopback server with the openai SDK, streamed (runbus's
+    model_router reads the same stream with msgspec)."""
     import openai
 
     client = openai.AsyncOpenAI(base_url=base_url, api_key="bench", max_retries=0, timeout=120)

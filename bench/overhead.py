@@ -3,7 +3,7 @@
 spans (`OTEL_TRACES_EXPORTER=console`, read back from the process logs). Each run's time beyond
 4 x 300 ms is cut along its critical path (the gateway works a run one step at a time):
 
-- the model calls beyond the model's 300 ms (`chat` span: openai SDK, HTTP, loopback server),
+- the model calls beyond the model's 300 ms (`chat` span: HTTP client, loopback server),
 - model_router's work around each call (its `process` span minus the `chat` span),
 - each bus round trip (the gateway's `send` span minus the handler's `process` span: codecs,
   headers, nats-server, both event loops),
@@ -109,7 +109,7 @@ def breakdown(
         ]
         if family == "model.complete" and inner:
             chat = _duration_ms(inner[0])
-            parts["model call beyond the model's latency (openai SDK, HTTP)"] += chat - latency_ms
+            parts["model call beyond the model's latency (HTTP)"] += chat - latency_ms
             parts["model_router around the call"] += handled - chat
         else:
             parts[f"handler: {family}"] += handled

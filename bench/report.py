@@ -557,8 +557,9 @@ def slow_model_section(results: dict[str, Any]) -> list[str]:
         f"## A {slow.get('latency_ms', 300):.0f} ms model: runs in flight",
         "",
         "A loopback OpenAI-compatible server in its own process answers every call after "
-        f"{slow.get('latency_ms', 300):.0f} ms (streamed); runbus's model_router and "
-        "LangGraph's model node both call it with the openai SDK. runbus: one gateway allowed "
+        f"{slow.get('latency_ms', 300):.0f} ms (streamed); runbus's model_router calls it "
+        "over HTTP with msgspec, LangGraph's model node with the openai SDK. runbus: one "
+        "gateway allowed "
         "1000 runs at once. Peak RSS is each process's high-water mark during the level "
         "(reset before it); the client's is not counted.",
         "",
@@ -704,14 +705,18 @@ def missed_section(results: dict[str, Any]) -> list[str]:
             f"{ms(pg.get('anchor'))} + database {ms(pg.get('database'))} ms. A run asks the "
             f"bus for {count(hops)} request/reply hops and publishes {count(events)} events; "
             "each hop costs "
-            "both ends and nats-server a message decode, encode and a span. What would close "
-            "it: fewer hops per run (history appends are one per step now; still to go: the "
-            "tool catalogue resolved once per agent instead of asked each run, no compaction hop "
-            "while the prompt is under the trigger, history written by a direct stream publish, "
-            "clients following a run by a plain subscription instead of a consumer per run), "
-            "cheaper hops (OpenTelemetry non-recording without an exporter, `gc.freeze()` after "
-            "start, msgspec instead of the openai SDK's typed layer in model_router), and sync "
-            "tools without a thread hop. The gateway's own profile is below "
+            "both ends and nats-server a message decode, encode and a span. Already taken "
+            "(each measured on its own when it landed): one history checkpoint per step, "
+            "written by the gateway straight into the history stream; clients following a run "
+            "by a plain subscription; no compaction hop under the trigger; the tool catalogue "
+            "cached per agent; OpenTelemetry non-recording without an exporter; `gc.freeze()` "
+            "after start; model_router's provider path on msgspec over HTTP instead of the "
+            "openai SDK's typed layer. What is left: nats-server's share, which follows the "
+            "stored writes per run (the events, history batches and KV writes counted above, "
+            "each stored and acked: the session record is written four times a run where a "
+            "claim and a release would do, the run record twice); the gateway's Python per "
+            "hop and per event (a span, headers, an encode and a decode each); and the client's "
+            "own follow. The gateway's own profile is below "
             "(`gateway_profile.txt`).",
         ]
     slow = _get(results, "slow_model") or {}

@@ -1,9 +1,9 @@
 """A 300 ms model: the same 3-tool run against a loopback OpenAI-compatible server
-(bench/loopback_model.py, its own process) with the openai SDK on both sides — runbus's
-model_router and LangGraph's model node — at 1 / 64 / 256 / 1000 runs in flight: runs/s,
-latency, failures, CPU per run and peak RSS of every process. runbus runs as six processes with
-one gateway allowed 1000 runs at once; LangGraph runs in its own process with its in-memory and
-Postgres savers (bench/graph_anchor.py, a fresh process per round).
+(bench/loopback_model.py, its own process), called by runbus's model_router (msgspec over
+HTTP) and by LangGraph's model node (the openai SDK) at 1 / 64 / 256 / 1000 runs in flight:
+runs/s, latency, failures, CPU per run and peak RSS of every process. runbus runs as six
+processes with one gateway allowed 1000 runs at once; LangGraph runs in its own process with
+its in-memory and Postgres savers (bench/graph_anchor.py, a fresh process per round).
 
 The systems take turns round by round (runbus, LangGraph in-memory, LangGraph + Postgres, then
 again), so the machine's noise falls on all of them alike; at 1 and at the top level (the levels

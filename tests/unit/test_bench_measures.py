@@ -59,7 +59,7 @@ def test_a_runs_overhead_is_cut_along_its_critical_path() -> None:
 
     assert parts == pytest.approx(
         {
-            "model call beyond the model's latency (openai SDK, HTTP)": 5.0,
+            "model call beyond the model's latency (HTTP)": 5.0,
             "model_router around the call": 2.0,
             "bus round trip: model.complete": 3.0,
             "bus round trip: history.append": 2.0,

@@ -221,7 +221,7 @@ def test_markdown_says_what_bounds_a_level_and_where_one_runs_overhead_goes() ->
         "runs": 20,
         "latency_ms": 300.0,
         "overhead_p50_ms": 60.0,
-        "parts_ms": {"model call beyond the model's latency (openai SDK, HTTP)": 24.0},
+        "parts_ms": {"model call beyond the model's latency (HTTP)": 24.0},
         "model_server": {"late_p50_ms": 1.0, "cpu_ms_per_call": 0.4},
     }
 
@@ -234,5 +234,5 @@ def test_markdown_says_what_bounds_a_level_and_where_one_runs_overhead_goes() ->
     ) in text
     assert "the busiest process, model_router, at 0.80 cores (73% of runbus's)" in text
     assert "The model server: 0.10 cores, 0.400 ms CPU per call, answered p99 2.000 ms" in text
-    assert "| model call beyond the model's latency (openai SDK, HTTP) | 24.0 | 40% |" in text
+    assert "| model call beyond the model's latency (HTTP) | 24.0 | 40% |" in text
     assert "the largest parts of runbus's overhead per run are model call beyond" in text
