@@ -713,8 +713,8 @@ def missed_section(results: dict[str, Any]) -> list[str]:
             "after start; model_router's provider path on msgspec over HTTP instead of the "
             "openai SDK's typed layer. What is left: nats-server's share, which follows the "
             "stored writes per run (the events, history batches and KV writes counted above, "
-            "each stored and acked: the session record is written four times a run where a "
-            "claim and a release would do, the run record twice); the gateway's Python per "
+            "each stored and acked, several of them the same record written again as the run "
+            "moves on); the gateway's Python per "
             "hop and per event (a span, headers, an encode and a decode each); and the client's "
             "own follow. The gateway's own profile is below "
             "(`gateway_profile.txt`).",
