@@ -16,7 +16,7 @@ from runbus.messages import (
     ModelResponse,
     TextContent,
 )
-from runbus_model_router._common import (
+from runbus_model_router.backend_kit import (
     assistant,
     estimate_usage,
     results_after,

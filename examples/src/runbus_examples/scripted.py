@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 
 from runbus.messages import FunctionCallContent, ModelRequest, ModelResponse, TextContent
-from runbus_model_router._common import (
+from runbus_model_router.backend_kit import (
     assistant,
     estimate_usage,
     results_after,

@@ -32,7 +32,7 @@ from runbus.messages import (
 from runbus.messages.model import FinishReason
 
 from . import structured_tools
-from ._common import estimate_usage
+from .backend_kit import estimate_usage
 from .backends import OnDelta
 from .config import BackendConfig, RouteConfigError
 from .errors import BadToolArguments, ProviderUnavailable

@@ -1,4 +1,5 @@
-"""Helpers every built-in backend shares: the turn so far, ids, word-sized deltas, usage."""
+"""Helpers for model backends, the router's own and plugins' (`RUNBUS_MODEL_BACKENDS`): the turn so
+far, ids, word-sized deltas, usage."""
 
 import re
 from datetime import UTC, datetime
