@@ -11,10 +11,16 @@ lag of its event loop, and its CPU and wall-clock seconds since the last answer.
 
 import argparse
 import asyncio
+import contextlib
 import json
+import subprocess
+import sys
 import time
+import urllib.request
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -25,6 +31,41 @@ SCRIPT: list[tuple[str, dict[str, Any]] | str] = [
     ("create_booking", {"flight_id": "QF412-20261208"}),
     "Booked: {last_result}",
 ]
+
+
+@dataclass
+class ModelServer:
+    """The loopback model server's base URL and process id."""
+
+    url: str
+    pid: int
+
+    def stats(self) -> dict[str, Any]:
+        """What the server saw since the last call (and its CPU seconds so far)."""
+        with urllib.request.urlopen(f"{self.url}/bench/stats", timeout=10) as reply:
+            seen: dict[str, Any] = json.loads(reply.read())
+        return seen
+
+
+@contextlib.contextmanager
+def server_process(*command: str) -> Iterator[ModelServer]:
+    """A loopback model server (`python -m <command>`, first line `port <n>`) as a child
+    process, so its CPU is nobody else's."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", *command],
+        cwd=Path(__file__).resolve().parent.parent,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        if not line.startswith("port "):
+            raise RuntimeError(f"{command[0]} did not start: {line!r}")
+        yield ModelServer(f"http://127.0.0.1:{int(line.split()[1])}/v1", process.pid)
+    finally:
+        process.terminate()
+        process.wait(10)
 
 
 def reply_for(messages: list[dict[str, Any]]) -> dict[str, Any]:

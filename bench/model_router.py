@@ -16,14 +16,12 @@ run (the machine is shared and noisy, so only same-run ratios mean anything).
 
 import argparse
 import asyncio
-import contextlib
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -36,7 +34,7 @@ from nats.aio.msg import Msg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.loopback_model import reply_for
+from bench.loopback_model import reply_for, server_process
 from bench.timing import pct, timed
 from runbus import subjects
 from runbus.bus import Bus
@@ -426,27 +424,6 @@ async def serve_tokens() -> None:
     await asyncio.Event().wait()
 
 
-@contextlib.contextmanager
-def server_process(*command: str) -> Iterator[str]:
-    """A loopback model server (`python -m <command>`, first line `port <n>`) as a child
-    process, so its CPU is not the router's; its base URL."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", *command],
-        cwd=Path(__file__).resolve().parent.parent,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        if not line.startswith("port "):
-            raise RuntimeError(f"{command[0]} did not start: {line!r}")
-        yield f"http://127.0.0.1:{int(line.split()[1])}/v1"
-    finally:
-        process.terminate()
-        process.wait(10)
-
-
 class SdkAssembler(StreamAssembler):
     """The assembler as it read the openai SDK's pydantic chunks."""
 
@@ -563,9 +540,9 @@ async def bench_provider_cpu(runs_per_round: int, rounds: int = 5) -> dict[str, 
     }
     results: dict[str, Any] = {}
     for key, (label, command) in servers.items():
-        with server_process(*command) as url:
+        with server_process(*command) as server:
             print(f"  {label}:")
-            results[key] = await _provider_cpu(url, runs_per_round, rounds)
+            results[key] = await _provider_cpu(server.url, runs_per_round, rounds)
     return results
 
 

@@ -12,20 +12,16 @@ Every round also reads the model server's own account of itself (its CPU per cal
 answered, its event loop's lag), so a level bound by the model server shows as such."""
 
 import contextlib
-import json
 import statistics
-import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bench import postgres
 from bench.anchors import graph_anchor
-from bench.processes import REPO, process_stack
+from bench.loopback_model import ModelServer, server_process
+from bench.processes import process_stack
 from bench.timing import in_flight_round, pct, points_per_level
 from bench.whole_run import Clients
 
@@ -52,38 +48,11 @@ retries = 0
 """
 
 
-@dataclass
-class ModelServer:
-    """The loopback model server's base URL and process id."""
-
-    url: str
-    pid: int
-
-    def stats(self) -> dict[str, Any]:
-        """What the server saw since the last call (and its CPU seconds so far)."""
-        with urllib.request.urlopen(f"{self.url}/bench/stats", timeout=10) as reply:
-            seen: dict[str, Any] = json.loads(reply.read())
-        return seen
-
-
 @contextlib.contextmanager
 def loopback_server(latency: float = LATENCY) -> Iterator[ModelServer]:
-    """The loopback model server as a child process."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "bench.loopback_model", "--latency", str(latency)],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        if not line.startswith("port "):
-            raise RuntimeError(f"loopback model server did not start: {line!r}")
-        yield ModelServer(f"http://127.0.0.1:{int(line.split()[1])}/v1", process.pid)
-    finally:
-        process.terminate()
-        process.wait(10)
+    """The loopback model server (bench/loopback_model.py) as a child process."""
+    with server_process("bench.loopback_model", "--latency", str(latency)) as server:
+        yield server
 
 
 @contextlib.asynccontextmanager
