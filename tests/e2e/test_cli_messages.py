@@ -169,18 +169,7 @@ async def test_runbus_logs_finds_a_run_after_runbus_up_in_a_terminal(up: Up) -> 
 
 
 async def test_ctrl_c_on_runbus_run_says_interrupted_without_a_traceback(up: Up) -> None:
-    # A business fare needs a person's approval: the run waits, and so does the command.
-    process = await asyncio.create_subprocess_exec(
-        RUNBUS, "run", "Book QF412 in business", "--agent", "approver", "--session", "s-ctrl-c",
-        env=up.env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    assert process.stdout is not None
-    shown = b""
-    async with asyncio.timeout(60):
-        while b"needs approval" not in shown:
-            line = await process.stdout.readline()
-            assert line, shown.decode()
-            shown += line
+    process = await _run_waiting_for_approval(up, "s-ctrl-c")
     process.send_signal(signal.SIGINT)
     _, err = await process.communicate()
 
@@ -190,18 +179,8 @@ async def test_ctrl_c_on_runbus_run_says_interrupted_without_a_traceback(up: Up)
 
 
 async def test_a_command_whose_nats_goes_away_says_so_in_one_line(up: Up) -> None:
-    # A run waiting for approval keeps `runbus run` waiting on its events; then NATS stops.
-    process = await asyncio.create_subprocess_exec(
-        RUNBUS, "run", "Book QF412 in business", "--agent", "approver", "--session", "s-gone",
-        env=up.env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    assert process.stdout is not None
-    shown = b""
-    async with asyncio.timeout(60):
-        while b"needs approval" not in shown:
-            line = await process.stdout.readline()
-            assert line, shown.decode()
-            shown += line
+    # `runbus run` keeps waiting on the run's events; then NATS stops.
+    process = await _run_waiting_for_approval(up, "s-gone")
     up.nats.stop()
     async with asyncio.timeout(60):
         _, err = await process.communicate()
@@ -266,3 +245,20 @@ async def test_a_recorded_stack_that_is_gone_is_named_as_not_running(tmp_path: P
     assert code == 1
     assert err.count("\n") == 1
     assert f"({url}) does not answer: it is not running any more" in err
+
+
+async def _run_waiting_for_approval(up: Up, session: str) -> asyncio.subprocess.Process:
+    """`runbus run` of a business fare, once it says the run waits for a person's approval
+    (the command keeps waiting too)."""
+    process = await asyncio.create_subprocess_exec(
+        RUNBUS, "run", "Book QF412 in business", "--agent", "approver", "--session", session,
+        env=up.env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert process.stdout is not None
+    shown = b""
+    async with asyncio.timeout(60):
+        while b"needs approval" not in shown:
+            line = await process.stdout.readline()
+            assert line, shown.decode()
+            shown += line
+    return process
