@@ -21,37 +21,52 @@ async def _wait_for_line(stream: asyncio.StreamReader, needle: bytes, timeout: f
             pass
 
 
+async def _service_until(
+    module: str, url: str, data_dir: Path, line: bytes
+) -> tuple[asyncio.subprocess.Process, asyncio.StreamReader]:
+    """`python -m <module>` on `url`, once its output says `line`; killed if it never does."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        module,
+        env={**os.environ, "RUNBUS_NATS_URL": url, "RUNBUS_DATA_DIR": str(data_dir)},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    try:
+        assert process.stdout is not None
+        await _wait_for_line(process.stdout, line, timeout=30)
+    except BaseException:
+        process.kill()
+        await process.wait()
+        raise
+    return process, process.stdout
+
+
+async def _sigterm(
+    process: asyncio.subprocess.Process, stdout: asyncio.StreamReader
+) -> tuple[int, bytes]:
+    """SIGTERM, then the exit code and the rest of the output (killed after 15 s)."""
+    process.send_signal(signal.SIGTERM)
+    try:
+        async with asyncio.timeout(15):
+            output = await stdout.read()
+            return await process.wait(), output
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        raise
+
+
 @pytest.mark.parametrize("module", ["runbus_gateway", "runbus_history"])
 async def test_sigterm_stops_a_service_whose_nats_server_is_gone(
     module: str, tmp_path: Path
 ) -> None:
     with EmbeddedNats(tmp_path / "js") as server:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            module,
-            env={**os.environ, "RUNBUS_NATS_URL": server.url, "RUNBUS_DATA_DIR": str(tmp_path)},
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-        )
-        try:
-            assert process.stdout is not None
-            await _wait_for_line(process.stdout, b"service_started", timeout=30)
-        except BaseException:
-            process.kill()
-            await process.wait()
-            raise
-    await _wait_for_line(process.stdout, b"nats_disconnected", timeout=15)  # reconnecting now
+        process, stdout = await _service_until(module, server.url, tmp_path, b"service_started")
+    await _wait_for_line(stdout, b"nats_disconnected", timeout=15)  # reconnecting now
     started = time.monotonic()
-    process.send_signal(signal.SIGTERM)
-    try:
-        async with asyncio.timeout(15):
-            output = await process.stdout.read()
-            code = await process.wait()
-    except TimeoutError:
-        process.kill()
-        await process.wait()
-        raise
+    code, output = await _sigterm(process, stdout)
     took = time.monotonic() - started
 
     assert code == 0, output.decode()[-2000:]
@@ -78,30 +93,8 @@ async def test_sigterm_stops_a_service_still_waiting_for_its_first_nats_connecti
 ) -> None:
     with EmbeddedNats(tmp_path / "js") as server:
         url = server.url  # nothing listens there any more
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "runbus_history",
-        env={**os.environ, "RUNBUS_NATS_URL": url, "RUNBUS_DATA_DIR": str(tmp_path)},
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
-    try:
-        assert process.stdout is not None
-        await _wait_for_line(process.stdout, b"connecting to NATS", timeout=30)
-    except BaseException:
-        process.kill()
-        await process.wait()
-        raise
-    process.send_signal(signal.SIGTERM)
-    try:
-        async with asyncio.timeout(15):
-            output = await process.stdout.read()
-            code = await process.wait()
-    except TimeoutError:
-        process.kill()
-        await process.wait()
-        raise
+    process, stdout = await _service_until("runbus_history", url, tmp_path, b"connecting to NATS")
+    code, output = await _sigterm(process, stdout)
 
     assert code == 0, output.decode()[-2000:]
     assert b"service_start_abandoned" in output
