@@ -276,7 +276,9 @@ class BusPorts:
         if not published:
             return
         limit = self.bus.request_timeout
-        await asyncio.wait([p.ack for p in published], timeout=limit)
+        _, lost = await asyncio.wait([p.ack for p in published], timeout=limit)
+        for ack in lost:
+            ack.cancel()  # never resolves now: nobody is left to wait on it
         unconfirmed = [p for p in published if not _stored(p.ack)]
         if not unconfirmed:
             return
@@ -301,7 +303,5 @@ class _Published(NamedTuple):
 
 
 def _stored(ack: asyncio.Future[PubAck]) -> bool:
-    if not ack.done():
-        ack.cancel()
-        return False
+    """The stream confirmed it (not cancelled, not failed)."""
     return not ack.cancelled() and ack.exception() is None
