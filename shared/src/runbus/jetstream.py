@@ -1,5 +1,6 @@
 """JetStream setup and KV helpers every service shares: make a stream or bucket exist with
-the wanted config (idempotent across replicas starting at once), list keys by pattern."""
+the wanted config (idempotent across replicas starting at once), list keys by pattern, wait
+for a watcher's next entry."""
 
 import asyncio
 from dataclasses import replace
@@ -108,3 +109,27 @@ async def keys_matching(kv: KeyValue, pattern: str) -> list[str]:
     finally:
         await watcher.stop()  # type: ignore[no-untyped-call]
     return keys
+
+
+async def next_update(watcher: KeyValue.KeyWatcher, timeout: float) -> KeyValue.Entry | None:
+    """The watcher's next entry (None once it has caught up); `nats.errors.TimeoutError` if
+    none comes within `timeout`.
+
+    nats-py waits with `asyncio.wait_for`, which on Python 3.11 drops a cancel that arrives
+    together with an entry. The task still counts that cancel, so it is raised here: a
+    cancelled waiter (a run cancelled while it waits for an approval) stops instead of
+    waiting on.
+    """
+    try:
+        entry: KeyValue.Entry | None = await watcher.updates(timeout=timeout)  # type: ignore[no-untyped-call]
+    except TimeoutError:
+        _raise_dropped_cancel()
+        raise
+    _raise_dropped_cancel()
+    return entry
+
+
+def _raise_dropped_cancel() -> None:
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError

@@ -21,7 +21,7 @@ from nats.js.kv import KeyValue
 
 from runbus import subjects
 from runbus.errors import NotFound, RunbusError
-from runbus.jetstream import keys_matching, open_bucket
+from runbus.jetstream import keys_matching, next_update, open_bucket
 from runbus.messages.tools import ApprovalGrant, ApprovalRequest
 
 RECORD_TTL: Final = 7 * 24 * 3600.0
@@ -132,8 +132,7 @@ class Approvals:
                     return expired.grant()
                 left = record.request.expires_at - time.time()
                 with contextlib.suppress(TimeoutError):
-                    await watcher.updates(timeout=max(0.01, min(POLL, left)))  # type: ignore[no-untyped-call]
-                _raise_if_cancelled()
+                    await next_update(watcher, timeout=max(0.01, min(POLL, left)))
         finally:
             await watcher.stop()  # type: ignore[no-untyped-call]
 
@@ -183,12 +182,3 @@ class Approvals:
                 await self.kv.update(key, _ENCODER.encode(closed), last=revision)
                 withdrawn += 1
         return withdrawn
-
-
-def _raise_if_cancelled() -> None:
-    """Python 3.11's `asyncio.wait_for` (inside the watcher) drops a cancel that arrives as an
-    update does; the task still counts it, so the wait ends here instead of lingering until
-    the approval expires (and holding up the run that cancelled it)."""
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        raise asyncio.CancelledError

@@ -26,6 +26,7 @@ from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
 from runbus import subjects
+from runbus.jetstream import next_update
 from runbus.messages.model import TenantUsage, UsageRow
 
 from .usage import add_rows, add_totals
@@ -206,7 +207,7 @@ class KvLedger:
         values = []
         try:
             while True:
-                entry = await watcher.updates(timeout=5.0)  # type: ignore[no-untyped-call]
+                entry = await next_update(watcher, timeout=5.0)
                 if entry is None:
                     break
                 if entry.value:
