@@ -10,7 +10,7 @@ run (the machine is shared and noisy, so only same-run ratios mean anything).
    directly vs when a bus subscriber receives it as `run.text_delta` from the router service.
 4. provider CPU: the router's CPU per model call against a loopback OpenAI-compatible server
    in its own process (token-sized chunks, a run's 4 calls), the OpenAI-compatible backend as
-   it is (msgspec over httpx2) vs the same calls through the openai SDK's typed layer (the
+   it is (msgspec over aiohttp) vs the same calls through the openai SDK's typed layer (the
    path it replaced, kept here only as the baseline), rounds alternated, medians.
 """
 
@@ -462,7 +462,7 @@ class SdkAssembler(StreamAssembler):
 
 class SdkChatModel(OpenAIChatModel):
     """The baseline: the same request through the openai SDK (`AsyncOpenAI`, retries off), its
-    stream of pydantic chunks read as the backend used to, before msgspec over httpx2."""
+    stream of pydantic chunks read as the backend used to, before msgspec over its own HTTP."""
 
     def __init__(self, sdk: Any, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -576,7 +576,7 @@ async def _provider_cpu(url: str, runs_per_round: int, rounds: int) -> dict[str,
     await endpoint.close()
     await sdk.close()
     medians = {name: statistics.median(samples) for name, samples in cpu.items()}
-    for name, label in (("sdk", "openai SDK (the baseline)"), ("msgspec", "msgspec over httpx2")):
+    for name, label in (("sdk", "openai SDK (the baseline)"), ("msgspec", "msgspec over aiohttp")):
         print(
             f"    {label:<26} CPU {medians[name]:7.1f} µs/call   wall "
             f"{statistics.median(wall[name]):7.1f} µs/call   rounds "

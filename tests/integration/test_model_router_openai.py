@@ -2,13 +2,16 @@
 wire format (SSE streaming included), so the production client code path is what runs."""
 
 import asyncio
+import base64
 
 import msgspec
+import pytest
 from nats.aio.client import Client as NATS
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from runbus import subjects
+from runbus.headers import RunContext
 from runbus.messages import (
     ChatMessage,
     DataContent,
@@ -23,6 +26,7 @@ from runbus.messages import (
 from runbus.messages.runs import RUN_EVENT_DECODER
 from runbus.service import ServiceOptions
 from runbus.telemetry import create_tracer_provider
+from tests.helpers import eventually
 from tests.integration.model_provider import (
     CTX,
     Reply,
@@ -376,6 +380,90 @@ async def test_calls_one_after_another_reuse_one_connection_to_the_provider(
 
     assert len(provider.requests) == 3
     assert provider.connections == 1
+
+
+async def test_calls_in_flight_at_once_each_get_a_connection_and_later_calls_reuse_them(
+    nats_server: SecuredNats, nc: NATS
+) -> None:
+    async with loopback() as provider, router(nats_server.url, one_route(provider.base_url)):
+        held = asyncio.Event()  # every reply waits after its headers until all 20 are in
+        provider.default = lambda: text_reply("ok then", pause_after=0, resume=held)
+        runs = [RunContext(run_id=f"r-{i}", props={"tenant": "acme"}) for i in range(20)]
+        first = [asyncio.ensure_future(answer(nc, ask("hi"), ctx)) for ctx in runs]
+        await eventually(lambda: provider.in_flight == 20, what="20 calls in flight")
+        held.set()
+        await asyncio.gather(*first)
+        await asyncio.gather(*(answer(nc, ask("again"), ctx) for ctx in runs))
+
+    assert provider.finished == 40
+    assert provider.connections == 20
+
+
+@pytest.fixture
+def no_proxy_environment(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    for name in ("http_proxy", "https_proxy", "all_proxy", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
+    return monkeypatch
+
+
+async def test_a_backend_is_called_through_the_http_proxy_the_environment_names(
+    nats_server: SecuredNats, nc: NATS, no_proxy_environment: pytest.MonkeyPatch
+) -> None:
+    # The loopback provider answers a proxied request (its absolute URL) as its own.
+    async with loopback() as proxy:
+        no_proxy_environment.setenv("HTTP_PROXY", f"http://team:s3cret@127.0.0.1:{proxy.port}")
+        async with router(nats_server.url, one_route("http://model.invalid/v1")):
+            response = await answer(nc, ask("hi"))
+
+    assert response.message.text == "Hello from the loopback provider."
+    assert proxy.paths == ["http://model.invalid/v1/chat/completions"]
+    [headers] = proxy.headers
+    assert headers["proxy-authorization"] == "Basic " + base64.b64encode(b"team:s3cret").decode()
+
+
+async def test_an_https_backends_credential_never_reaches_the_proxy_it_tunnels_through(
+    nats_server: SecuredNats, nc: NATS, no_proxy_environment: pytest.MonkeyPatch
+) -> None:
+    tunnels: list[str] = []
+
+    async def refuse_tunnel(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        tunnels.append((await reader.readuntil(b"\r\n\r\n")).decode().lower())
+        writer.write(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    proxy = await asyncio.start_server(refuse_tunnel, "127.0.0.1", 0)
+    port = proxy.sockets[0].getsockname()[1]
+    no_proxy_environment.setenv("HTTPS_PROXY", f"http://team:s3cret@127.0.0.1:{port}")
+    no_proxy_environment.setenv("MODEL_KEY", "sk-very-secret")
+    routes = one_route("https://model.invalid/v1", retries=0).replace(
+        "[routes.cheap]\n", 'api_key_env = "MODEL_KEY"\n[routes.cheap]\n'
+    )
+    try:
+        async with router(nats_server.url, routes):
+            error = await refusal(nc, ask("hi"))
+    finally:
+        proxy.close()
+
+    assert error.code == "model_unavailable"
+    assert tunnels
+    for tunnel in tunnels:
+        assert tunnel.startswith("connect model.invalid:443 ")
+        assert "sk-very-secret" not in tunnel
+        assert "proxy-authorization: basic " in tunnel
+
+
+async def test_a_backend_on_a_host_no_proxy_names_is_called_directly(
+    nats_server: SecuredNats, nc: NATS, no_proxy_environment: pytest.MonkeyPatch
+) -> None:
+    no_proxy_environment.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # nothing answers there
+    no_proxy_environment.setenv("NO_PROXY", "127.0.0.1")
+    async with loopback() as provider, router(nats_server.url, one_route(provider.base_url)):
+        response = await answer(nc, ask("hi"))
+
+    assert response.message.text == "Hello from the loopback provider."
+    assert provider.paths == ["/v1/chat/completions"]
 
 
 async def test_a_backends_own_headers_reach_the_provider_and_replace_ours_by_name(

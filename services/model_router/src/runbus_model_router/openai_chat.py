@@ -2,10 +2,11 @@
 OpenAI, Ollama, vLLM, llama.cpp and LM Studio work by base URL.
 
 The request is encoded and each streamed chunk decoded by msgspec into the few fields runbus
-reads (`openai_wire`), over one pooled `httpx2` client per backend (the transport the openai SDK
-itself uses): the SDK's typed layer, a pydantic model per chunk, cost more CPU per call than
-the rest of the router. Nothing is retried here: the router retries, backs off and falls back
-itself, and needs every failure classified (`errors.ProviderFailure` subclasses) to do so.
+reads (`openai_wire`), over one aiohttp session per backend (`http_session`): the SDK's typed
+layer, a pydantic model per chunk, cost more CPU per call than the rest of the router, and its
+transport's pool more again with many calls in flight. Nothing is retried here: the router
+retries, backs off and falls back itself, and needs every failure classified
+(`errors.ProviderFailure` subclasses) to do so.
 """
 
 import asyncio
@@ -15,9 +16,11 @@ from datetime import UTC, datetime
 from typing import Any, Final
 from urllib.parse import quote, urlsplit
 
-import httpx2
+import aiohttp
 import msgspec
 import structlog
+from multidict import CIMultiDict
+from yarl import URL
 
 from runbus.errors import RunbusError
 from runbus.messages import (
@@ -36,6 +39,7 @@ from .backend_kit import estimate_usage
 from .backends import OnDelta
 from .config import BackendConfig, RouteConfigError
 from .errors import BadToolArguments, ProviderUnavailable
+from .http_session import env_proxy, open_session
 from .openai_wire import (
     CHUNK_DECODER,
     REQUEST_ENCODER,
@@ -54,8 +58,6 @@ log = structlog.get_logger()
 NO_KEY: Final = "not-needed"
 """Sent when the backend names no key: local servers ignore it (as the SDK always sent one)."""
 OPENAI_URL: Final = "https://api.openai.com/v1"
-LIMITS: Final = httpx2.Limits(max_connections=1000, max_keepalive_connections=100)
-"""The openai SDK's pool: a gateway may have a thousand runs waiting on one provider."""
 DRAIN_SECONDS: Final = 0.1
 """How long the rest of a body is read after `[DONE]`, so its connection can be reused."""
 USER_AGENT: Final = "runbus-model-router"
@@ -63,7 +65,8 @@ USER_AGENT: Final = "runbus-model-router"
 
 class OpenAIEndpoint:
     """One backend's HTTP side: the chat-completions URL of a model, the credential and extra
-    headers, one connection pool."""
+    headers, one connection pool (an aiohttp session, opened at the first call: it belongs to
+    the event loop that makes the calls)."""
 
     def __init__(self, name: str, config: BackendConfig) -> None:
         key = NO_KEY
@@ -92,28 +95,42 @@ class OpenAIEndpoint:
         else:
             base = config.base_url or os.environ.get("OPENAI_BASE_URL") or OPENAI_URL
             headers["authorization"] = f"Bearer {key}"
-        merged = httpx2.Headers(headers)
-        merged.update(config.headers)  # by name, whatever its case: a backend's own win
         self.base_url = base.rstrip("/") + "/"
         self.shown_url = shown_url(base.rstrip("/"))
         """The base URL as a log line or an error may show it (no credentials)."""
-        self.http = httpx2.AsyncClient(headers=merged, limits=LIMITS)
+        self.proxy = env_proxy(self.base_url)
+        for_request, self.proxy_headers = self.proxy.headers(self.base_url.startswith("https:"))
+        merged = CIMultiDict({**headers, **for_request})
+        merged.update(config.headers)  # by name, whatever its case: a backend's own win
+        self.headers = merged
+        self._session: aiohttp.ClientSession | None = None
         self.health: ServerHealth | None = None
         """This server's health, told of every call's outcome (when it is watched)."""
 
     @property
-    def models_url(self) -> str:
+    def models_url(self) -> URL:
         """What the health probe asks (the model list: cheap, and every server has it)."""
-        return f"{self.base_url}models"
+        return URL(f"{self.base_url}models").update_query(self.query)
 
-    def url(self, model: str) -> str:
-        """Where `model`'s chat completions go (Azure: the deployment named `model`)."""
+    def url(self, model: str) -> URL:
+        """Where `model`'s chat completions go (Azure: the deployment named `model`), with
+        the backend's query: built once, not per call."""
         if self.azure:
-            return f"{self.base_url}deployments/{quote(model, safe='')}/chat/completions"
-        return f"{self.base_url}chat/completions"
+            url = f"{self.base_url}deployments/{quote(model, safe='')}/chat/completions"
+        else:
+            url = f"{self.base_url}chat/completions"
+        return URL(url).update_query(self.query)
+
+    def session(self) -> aiohttp.ClientSession:
+        """The backend's session, opened at the first call (in the loop that makes them)."""
+        if self._session is None:
+            self._session = open_session()
+        return self._session
 
     async def close(self) -> None:
-        await self.http.aclose()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
 
 def open_client(name: str, config: BackendConfig) -> OpenAIEndpoint:
@@ -146,8 +163,11 @@ class OpenAIChatModel:
         self.timeout = timeout
         self.native_tools = native_tools
         self.url = client.url(model)
-        # Connecting, and every read of the stream, may each take this long: a chunk resets it.
-        self._timeout = httpx2.Timeout(timeout)
+        # Waiting for a connection, connecting, and every read of the stream may each take
+        # this long: a chunk resets it. The whole call has no limit of its own.
+        self._timeout = aiohttp.ClientTimeout(
+            total=None, connect=timeout, sock_connect=timeout, sock_read=timeout
+        )
 
     def _params(self, request: ModelRequest) -> dict[str, Any]:
         params: dict[str, Any] = {
@@ -188,15 +208,15 @@ class OpenAIChatModel:
             await self._exchange(
                 REQUEST_ENCODER.encode(params), assembler, None if structured else on_delta
             )
-        except (httpx2.ConnectError, httpx2.ConnectTimeout) as exc:
+        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
             problem = problem_of(exc)
             if self.client.health is not None:
                 self.client.health.unreachable(problem)
             raise ProviderUnavailable(self._unanswered(problem)) from None
-        except httpx2.TimeoutException:
+        except aiohttp.ServerTimeoutError:
             self._doubt()
             raise ProviderUnavailable(f"no answer within {self.timeout:g}s") from None
-        except httpx2.RequestError as exc:
+        except aiohttp.ClientError as exc:
             self._doubt()
             raise ProviderUnavailable(self._unanswered(str(exc) or type(exc).__name__)) from None
         except msgspec.DecodeError as exc:  # an event that is not a chunk
@@ -241,36 +261,34 @@ class OpenAIChatModel:
     ) -> None:
         """Send the request and feed `assembler` the reply. Leaving early (a cancel, an error)
         closes the response, and with it the connection the provider streams on."""
-        async with self.client.http.stream(
-            "POST",
+        async with self.client.session().post(
             self.url,
-            content=body,
-            params=self.client.query,
+            data=body,
+            headers=self.client.headers,
+            proxy=self.client.proxy.url,
+            proxy_headers=self.client.proxy_headers,
             timeout=self._timeout,
+            allow_redirects=False,  # as the SDK: a redirect is an answer, not followed
         ) as response:
             if self.client.health is not None:
                 # Any answer but a gateway's "the server behind me is gone" proves it is there.
-                if response.status_code in GATEWAY_DOWN:
+                if response.status in GATEWAY_DOWN:
                     self.client.health.doubt()
                 else:
                     self.client.health.answered()
-            if not response.is_success:
+            if not 200 <= response.status < 300:
                 raise classify_status(
-                    response.status_code,
+                    response.status,
                     response.headers,
-                    await response.aread(),
+                    await response.read(),
                     model=self.model,
                 )
             if response.headers.get("content-type", "").startswith("application/json"):
                 # A server that answered the whole completion at once.
-                await self._feed(CHUNK_DECODER.decode(await response.aread()), assembler, on_delta)
+                await self._feed(CHUNK_DECODER.decode(await response.read()), assembler, on_delta)
                 return
-            pieces = response.aiter_bytes()
-            try:
-                if await self._read_events(pieces, assembler, on_delta):
-                    await _drain(pieces)
-            finally:
-                await pieces.aclose()
+            if await self._read_events(response.content.iter_any(), assembler, on_delta):
+                await _drain(response.content)
 
     async def _read_events(
         self, pieces: AsyncIterator[bytes], assembler: StreamAssembler, on_delta: OnDelta | None
@@ -296,14 +314,16 @@ class OpenAIChatModel:
             await on_delta(text)
 
 
-async def _drain(pieces: AsyncIterator[bytes]) -> None:
+async def _drain(body: aiohttp.StreamReader) -> None:
     """Read what follows `[DONE]` (the end of the chunked body) for a short while, so the
-    connection goes back to the pool instead of being closed."""
+    connection goes back to the pool: one whose body was not read to its end is closed."""
+    if body.at_eof():
+        return
     try:
         async with asyncio.timeout(DRAIN_SECONDS):
-            async for _ in pieces:
+            while await body.readany():
                 pass
-    except (TimeoutError, httpx2.HTTPError, httpx2.StreamError):
+    except (TimeoutError, aiohttp.ClientError):
         pass
 
 

@@ -23,10 +23,14 @@ from dataclasses import dataclass
 from typing import Final, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
-import httpx2
+import aiohttp
+from multidict import CIMultiDict
+from yarl import URL
 
 from runbus.progress import BACKOFF
 from runbus.runner import redact_url
+
+from .http_session import Proxy
 
 UP_INTERVAL: Final = 60.0
 """Seconds a server that is up goes without a probe (a call that gets an answer restarts it)."""
@@ -158,20 +162,44 @@ Probe = Callable[[], Awaitable[str | None]]
 """Checks one server: None when it answers, else the problem in a few words."""
 
 
-def http_probe(
-    http: httpx2.AsyncClient, url: str, params: dict[str, str], timeout: float = PROBE_TIMEOUT
-) -> Probe:
-    """`GET url` (`{base_url}/models`) with `http`, the backend's own client."""
+class Endpoint(Protocol):
+    """A backend's HTTP side, as the probe uses it (`openai_chat.OpenAIEndpoint`)."""
+
+    @property
+    def models_url(self) -> URL: ...
+
+    @property
+    def headers(self) -> CIMultiDict[str]: ...
+
+    @property
+    def proxy(self) -> Proxy: ...
+
+    @property
+    def proxy_headers(self) -> dict[str, str] | None: ...
+
+    def session(self) -> aiohttp.ClientSession: ...
+
+
+def http_probe(endpoint: Endpoint, timeout: float = PROBE_TIMEOUT) -> Probe:
+    """`GET {base_url}/models` through the backend's own session."""
 
     async def probe() -> str | None:
         try:
-            response = await http.get(url, params=params, timeout=timeout)
-        except httpx2.TimeoutException:
+            async with endpoint.session().get(
+                endpoint.models_url,
+                headers=endpoint.headers,
+                proxy=endpoint.proxy.url,
+                proxy_headers=endpoint.proxy_headers,
+                timeout=aiohttp.ClientTimeout(total=timeout),
+                allow_redirects=False,
+            ) as response:
+                status = response.status
+        except TimeoutError:  # aiohttp's timeouts are TimeoutErrors too
             return f"no answer within {timeout:g}s"
-        except httpx2.HTTPError as exc:
+        except aiohttp.ClientError as exc:
             return problem_of(exc)
-        if response.status_code in GATEWAY_DOWN:
-            return f"answers HTTP {response.status_code}"
+        if status in GATEWAY_DOWN:
+            return f"answers HTTP {status}"
         return None
 
     return probe

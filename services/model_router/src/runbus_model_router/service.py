@@ -142,7 +142,7 @@ class ModelRouterService(Service):
             health = ServerHealth(server, reporter)
             for name in names:
                 self.clients[name].health = health
-            watched.append((health, http_probe(client.http, client.models_url, client.query)))
+            watched.append((health, http_probe(client)))
         return ServerWatch(watched)
 
     def endpoints(self) -> list[Endpoint]:
