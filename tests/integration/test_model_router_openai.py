@@ -24,7 +24,7 @@ from runbus.messages import (
     Usage,
 )
 from runbus.messages.runs import RUN_EVENT_DECODER
-from runbus.service import ServiceOptions
+from runbus.service import DEFAULT_OPTIONS, ServiceOptions
 from runbus.telemetry import create_tracer_provider
 from tests.helpers import eventually
 from tests.integration.model_provider import (
@@ -397,6 +397,22 @@ async def test_calls_in_flight_at_once_each_get_a_connection_and_later_calls_reu
 
     assert provider.finished == 40
     assert provider.connections == 20
+
+
+async def test_a_replica_serves_more_model_calls_at_once_than_the_services_default(
+    nats_server: SecuredNats, nc: NATS
+) -> None:
+    calls = DEFAULT_OPTIONS.max_concurrency + 44
+    async with loopback() as provider, router(nats_server.url, one_route(provider.base_url)):
+        held = asyncio.Event()
+        provider.default = lambda: text_reply("ok then", pause_after=0, resume=held)
+        runs = [RunContext(run_id=f"r-{i}", props={"tenant": "acme"}) for i in range(calls)]
+        waiting = [asyncio.ensure_future(answer(nc, ask("hi"), ctx)) for ctx in runs]
+        await eventually(lambda: provider.in_flight == calls, what=f"{calls} calls in flight")
+        held.set()
+        await asyncio.gather(*waiting)
+
+    assert provider.finished == calls
 
 
 @pytest.fixture

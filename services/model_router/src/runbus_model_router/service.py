@@ -23,13 +23,14 @@ from runbus.messages.model import (
     ModelUsageReport,
 )
 from runbus.progress import Progress
-from runbus.service import DEFAULT_OPTIONS, Endpoint, Service, ServiceOptions
+from runbus.service import Endpoint, Service, ServiceOptions
 from runbus.settings import Settings
 
 from .backends import ModelBackend
 from .config import RouterConfig, TargetConfig, load_config
 from .core import Router
 from .errors import RunCancelled
+from .http_session import MAX_CONNECTIONS
 from .ledger import KvLedger, KvProvenance, open_bucket
 from .middleware import ChatMiddleware, Metrics, PromptAudit, Redactor, Tracing
 from .openai_chat import OpenAIChatModel, OpenAIEndpoint, open_client, server_of
@@ -40,6 +41,12 @@ from .usage import report, utc_day
 
 RECENT_CANCELS: Final = 1024
 """Cancelled runs remembered, so a call that arrives after its run's cancel is refused."""
+CALLS_AT_ONCE: Final = MAX_CONNECTIONS
+"""Model calls a replica serves at once: as many as it may open connections to one backend.
+A call mostly waits on its provider, so the services' default of 256 (sized for handlers
+that work) would let a gateway with 1000 runs in flight have at most 256 model calls out. A
+target's `concurrency` still caps what one provider gets."""
+ROUTER_OPTIONS: Final = ServiceOptions(max_concurrency=CALLS_AT_ONCE)
 
 
 def _process_progress(service: str) -> Progress:
@@ -62,7 +69,7 @@ class ModelRouterService(Service):
         middleware: list[ChatMiddleware] | None = None,
         meter_provider: MeterProvider | None = None,
         stream_replicas: int = 1,
-        options: ServiceOptions = DEFAULT_OPTIONS,
+        options: ServiceOptions = ROUTER_OPTIONS,
         reporter: Progress | None = None,
     ) -> None:
         """`routes` are plug-in routes by name (`RUNBUS_MODEL_BACKENDS`, or test backends);
@@ -99,7 +106,9 @@ class ModelRouterService(Service):
             config=config,
             stream_replicas=settings.stream_replicas,
             options=ServiceOptions(
-                tracer_provider=tracer_provider, request_timeout=settings.request_timeout
+                tracer_provider=tracer_provider,
+                max_concurrency=CALLS_AT_ONCE,
+                request_timeout=settings.request_timeout,
             ),
         )
 
