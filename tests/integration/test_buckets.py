@@ -25,6 +25,11 @@ async def test_an_older_bucket_without_direct_get_gets_it_and_keeps_its_entries(
     kv = await open_bucket(nc, "runbus_direct_old")
     info = await nc.jetstream().stream_info("KV_runbus_direct_old")
     assert info.config.allow_direct
+    # The handle returned reads by direct get too, not only the stream allows it.
+    direct = await nc.subscribe("$JS.API.DIRECT.GET.KV_runbus_direct_old.>")
+    through_api = await nc.subscribe("$JS.API.STREAM.MSG.GET.KV_runbus_direct_old")
     assert (await kv.get("k")).value == b"v"
-    # The handle returned reads by direct get too (not only the stream's setting).
-    assert kv._direct  # noqa: SLF001 - nats-py exposes no public flag for it
+    await nc.flush()
+    assert (direct.pending_msgs, through_api.pending_msgs) == (1, 0)
+    await direct.unsubscribe()
+    await through_api.unsubscribe()
