@@ -118,6 +118,10 @@ class Bus:
         self.tracer = tracer
         self.request_timeout = request_timeout
         self.progress_calls = ProgressCalls(nc)
+        # One context for the connection's lifetime: nats-py's `publish_async` subscribes an
+        # ack inbox per JetStreamContext and never drops it, so a context per publish left a
+        # subscription behind for every run event (on the client and on the server).
+        self.js = nc.jetstream()
 
     async def request(
         self,
@@ -269,14 +273,14 @@ class Bus:
     async def stream_publish(self, subject: str, data: bytes, headers: dict[str, str]) -> PubAck:
         """Publish into a JetStream stream and wait for its ack."""
         self.check_size(subject, data)
-        return await self.nc.jetstream().publish(subject, data, headers=headers)
+        return await self.js.publish(subject, data, headers=headers)
 
     async def stream_publish_async(
         self, subject: str, data: bytes, headers: dict[str, str]
     ) -> asyncio.Future[PubAck]:
         """Publish into a JetStream stream; the ack's future (gather many before going on)."""
         self.check_size(subject, data)
-        return await self.nc.jetstream().publish_async(subject, data, headers=headers)
+        return await self.js.publish_async(subject, data, headers=headers)
 
 
 async def heartbeats(
