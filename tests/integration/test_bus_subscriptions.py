@@ -32,9 +32,7 @@ async def test_sending_leaves_no_subscription_behind(nc: NATS) -> None:
     bus = Bus(nc, NoOpTracer())
 
     async def traffic(times: int) -> None:
-        acks = [
-            await bus.stream_publish_async(f"subs.test.{i}", b"{}", {}) for i in range(times)
-        ]
+        acks = [await bus.stream_publish_async(f"subs.test.{i}", b"{}", {}) for i in range(times)]
         await asyncio.gather(*acks)
         for _ in range(times):
             await bus.request("subs.call", REPLY, DECODER, ctx=RunContext(), progress=True)
