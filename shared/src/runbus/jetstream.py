@@ -45,7 +45,13 @@ async def _ensure_stream(nc: NATS, config: StreamConfig) -> None:
 
 
 async def open_bucket(
-    nc: NATS, bucket: str, *, replicas: int = 1, ttl: float | None = None, history: int = 1
+    nc: NATS,
+    bucket: str,
+    *,
+    replicas: int = 1,
+    ttl: float | None = None,
+    history: int = 1,
+    description: str | None = None,
 ) -> KeyValue:
     """The KV bucket, created on first use; an existing one gets at least `replicas`.
 
@@ -55,13 +61,21 @@ async def open_bucket(
     """
     return await retrying(
         f"waiting for JetStream (bucket {bucket})",
-        lambda: _open_bucket(nc, bucket, replicas=replicas, ttl=ttl, history=history),
+        lambda: _open_bucket(
+            nc, bucket, replicas=replicas, ttl=ttl, history=history, description=description
+        ),
         down=jetstream_down,
     )
 
 
 async def _open_bucket(
-    nc: NATS, bucket: str, *, replicas: int, ttl: float | None, history: int
+    nc: NATS,
+    bucket: str,
+    *,
+    replicas: int,
+    ttl: float | None,
+    history: int,
+    description: str | None,
 ) -> KeyValue:
     js = nc.jetstream()
     try:
@@ -69,7 +83,12 @@ async def _open_bucket(
     except BucketNotFoundError:
         try:
             return await js.create_key_value(
-                bucket=bucket, history=history, ttl=ttl, replicas=replicas, direct=True
+                bucket=bucket,
+                history=history,
+                ttl=ttl,
+                replicas=replicas,
+                direct=True,
+                description=description,
             )
         except BadRequestError:  # another replica created it a moment ago
             return await js.key_value(bucket)
