@@ -733,25 +733,33 @@ def missed_section(results: dict[str, Any]) -> list[str]:
     if by_process and any("CPU" in n or "runs/s" in n for n in names):
         ranked = sorted(by_process.items(), key=lambda item: -item[1])
         parts = ", ".join(f"{k} {v:.1f}" for k, v in ranked)
+        kinds = _get(results, "whole_run", "messages", "by_kind") or {}
+        messages = sum(kinds.values()) if kinds else None
+        cpu64 = _get(results, "throughput", "1", "64", "cpu_ms_per_run")
+        pg64 = _get(results, "anchors", "langgraph_postgres", "cpu_ms_per_run_by_clients") or {}
         out += [
             f"- **CPU per run** (the throughput targets follow from it on 2 cores): runbus "
             f"spends it as {parts}, client {ms(client)} ms; LangGraph + Postgres as anchor "
-            f"{ms(pg.get('anchor'))} + database {ms(pg.get('database'))} ms. A run asks the "
-            f"bus for {count(hops)} request/reply hops and publishes {count(events)} events; "
-            "each hop costs "
-            "both ends and nats-server a message decode, encode and a span. Already taken "
-            "(each measured on its own when it landed): one history checkpoint per step, "
+            f"{ms(pg.get('anchor'))} + database {ms(pg.get('database'))} ms. A run puts "
+            f"{count(messages)} messages on the services' bus ({count(hops)} request/reply "
+            f"hops, {count(events)} run events, the stored writes and their acks counted "
+            "above). Run one at a time, every message wakes a sleeping process at each end and "
+            "nats-server, and on this machine the wake-ups cost more than the work: the same "
+            f"runs at 64 clients, where one wake-up carries several messages, cost "
+            f"{ms(cpu64)} ms each (LangGraph + Postgres {ms(pg64.get('64'))} ms). Already "
+            "taken (each measured on its own when it landed): one history checkpoint per step, "
             "written by the gateway straight into the history stream; clients following a run "
             "by a plain subscription; no compaction hop under the trigger; the tool catalogue "
             "cached per agent; OpenTelemetry non-recording without an exporter; `gc.freeze()` "
-            "after start; model_router's provider path on msgspec over HTTP instead of the "
-            "openai SDK's typed layer. What is left: nats-server's share, which follows the "
-            "stored writes per run (the events, history batches and KV writes counted above, "
-            "each stored and acked, several of them the same record written again as the run "
-            "moves on); the gateway's Python per "
-            "hop and per event (a span, headers, an encode and a decode each); and the client's "
-            "own follow. The gateway's own profile is below "
-            "(`gateway_profile.txt`).",
+            "after start; model_router's provider path on msgspec over HTTP; progress-aware "
+            "calls on one subscription per connection, with no heartbeat before 0.5 s; KV "
+            "reads by direct get; one JetStream context per connection (a context per event "
+            "had left a subscription behind each); nats-server on one Go thread. What is left "
+            "for runs one at a time is the count of messages itself, most of them what the "
+            "run's durability costs: the checkpoint before tools, every event stored and "
+            "acked, the run and session records, the side-effecting tool's record. Halving it "
+            "needs fewer stored writes per run (an ack per event is the largest share), not "
+            "cheaper code. The gateway's own profile is below (`gateway_profile.txt`).",
         ]
     slow = _get(results, "slow_model") or {}
     if any("in flight vs" in n for n in names) and slow:

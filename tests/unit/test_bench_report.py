@@ -246,3 +246,21 @@ def test_markdown_says_what_bounds_a_level_and_where_one_runs_overhead_goes() ->
     assert "The model server: 0.10 cores, 0.400 ms CPU per call, answered p99 2.000 ms" in text
     assert "| model call beyond the model's latency (HTTP) | 24.0 | 40% |" in text
     assert "the largest parts of runbus's overhead per run are model call beyond" in text
+
+
+def test_a_missed_cpu_target_is_explained_with_the_cost_where_requests_overlap() -> None:
+    measured = durable()
+    measured["whole_run"]["runbus"]["cpu_ms_per_run"]["total"] = 27.0  # 0.9x: missed
+    measured["whole_run"]["messages"] = {
+        "runs": 20,
+        "by_kind": {"request/reply hops": 10.0, "run events": 10.0, "KV writes": 9.0},
+        "hops_by_subject": {},
+        "kv_and_other_by_subject": {},
+    }
+
+    text = markdown(measured)
+
+    assert "| CPU per run vs LangGraph + Postgres, runs one at a time | 0.90x |" in text
+    assert "| CPU per run vs LangGraph + Postgres, 64 clients | 0.25x |" in text
+    assert "A run puts 29 messages on the services' bus" in text
+    assert "cost 9.000 ms each (LangGraph + Postgres 36.0 ms)" in text
