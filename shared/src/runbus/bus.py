@@ -15,6 +15,7 @@ subscription (`ProgressCalls`), not on one made and dropped per call.
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import time
 from collections.abc import Awaitable, Callable
@@ -25,6 +26,7 @@ import nats.errors
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js.api import PubAck
+from nats.js.client import JetStreamContext
 from opentelemetry.trace import SpanKind, Tracer, set_span_in_context
 
 from . import headers as h
@@ -118,10 +120,13 @@ class Bus:
         self.tracer = tracer
         self.request_timeout = request_timeout
         self.progress_calls = ProgressCalls(nc)
-        # One context for the connection's lifetime: nats-py's `publish_async` subscribes an
-        # ack inbox per JetStreamContext and never drops it, so a context per publish left a
-        # subscription behind for every run event (on the client and on the server).
-        self.js = nc.jetstream()
+
+    @functools.cached_property
+    def js(self) -> JetStreamContext:
+        """One context for the connection's lifetime: nats-py's `publish_async` subscribes an
+        ack inbox per JetStreamContext and never drops it, so a context per publish left a
+        subscription behind for every run event (on the client and on the server)."""
+        return self.nc.jetstream()
 
     async def request(
         self,

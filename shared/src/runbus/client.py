@@ -269,6 +269,8 @@ class RunbusClient:
                     async with asyncio.timeout(min(left, LIVE_CHECK)):
                         msg = await arrived.get()
                 except TimeoutError:
+                    if self.nc.is_closed:  # it gave up reconnecting: say so, as next_msg did
+                        raise nats.errors.ConnectionClosedError from None
                     continue
                 event = _run_event(run_id, msg.data)
                 if event is None:
