@@ -143,7 +143,11 @@ async def measure(
     check_tools_called(n)
     ms = [s * 1000 for s in samples]
     rates = await runs_per_s(
-        lambda: one_run(agent), concurrency, lambda clients: max(n, clients * 4), trials
+        lambda: one_run(agent),
+        concurrency,
+        lambda clients: max(n, clients * 4),
+        trials,
+        cpu_seconds=time.process_time,
     )
     return {
         "n": n,
@@ -152,7 +156,8 @@ async def measure(
         "cpu_ms_per_run": cpu_per_run * 1000,
         "tool_calls_per_run": 3,
         "model_calls_per_run": 4,
-        "runs_per_s": rates,
+        "runs_per_s": rates.runs_per_s,
+        "cpu_ms_per_run_by_clients": rates.cpu_ms_per_run,
     }
 
 

@@ -106,9 +106,9 @@ class Bench:
         # ProcessStack keeps its children private; reading their pids is all a bench needs.
         pids = {label: p.pid for label, p in self.stack._processes}
         pids.update({f"gateway#{i + 1}": p.pid for i, p in enumerate(self.gateways)})
-        server = self.stack._nats._process if self.stack._nats else None
+        server = self.stack._nats.pid if self.stack._nats else None
         if server is not None:
-            pids["nats-server"] = server.pid
+            pids["nats-server"] = server
         return pids
 
     def cpu(self) -> dict[str, float]:

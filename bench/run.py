@@ -344,7 +344,11 @@ async def bench_processes(args: argparse.Namespace) -> dict[str, Any]:
                     await stack.add_gateway()
                 print(f"  {gateways} gateway(s):")
                 throughput[str(gateways)] = await whole_run.matrix(
-                    clients, args.levels, args.run_n // args.trials, args.trials
+                    clients,
+                    args.levels,
+                    args.run_n // args.trials,
+                    args.trials,
+                    cpu_seconds=lambda: sum(stack.cpu().values()) + time.process_time(),
                 )
             results["throughput"] = throughput
             if not args.quick:

@@ -4,6 +4,7 @@ import asyncio
 import statistics
 import time
 from collections.abc import Awaitable, Callable, Iterable
+from typing import NamedTuple
 
 
 def pct(samples: list[float], q: float) -> float:
@@ -22,15 +23,26 @@ async def timed(n: int, call: Callable[[], Awaitable[object]]) -> list[float]:
     return samples
 
 
+class LevelRates(NamedTuple):
+    """Runs/s and CPU per run at each level of clients, keyed by the level as a string."""
+
+    runs_per_s: dict[str, float]
+    cpu_ms_per_run: dict[str, float]
+    """Every round of the level together; empty without a CPU reading."""
+
+
 async def runs_per_s(
     call: Callable[[], Awaitable[object]],
     levels: Iterable[int],
     total: Callable[[int], int],
     trials: int,
-) -> dict[str, float]:
+    cpu_seconds: Callable[[], float] | None = None,
+) -> LevelRates:
     """Runs/s at each level of clients (`total(clients)` awaits of `call()`, at most `clients`
-    at once), the median of `trials` rounds; keyed by the level as a string."""
-    rates: dict[str, float] = {}
+    at once), the median of `trials` rounds; with `cpu_seconds` (the CPU the system under
+    test has used so far), also its CPU per run at each level: the cost of a run where
+    requests overlap, which is not the cost of a run alone."""
+    rates = LevelRates({}, {})
     for clients in levels:
         runs = total(clients)
         limit = asyncio.Semaphore(clients)
@@ -40,11 +52,14 @@ async def runs_per_s(
                 await call()
 
         rounds = []
+        cpu = cpu_seconds() if cpu_seconds else 0.0
         for _ in range(trials):
             start = time.perf_counter()
             await asyncio.gather(*(guarded() for _ in range(runs)))
             rounds.append(runs / (time.perf_counter() - start))
-        rates[str(clients)] = statistics.median(rounds)
+        rates.runs_per_s[str(clients)] = statistics.median(rounds)
+        if cpu_seconds:
+            rates.cpu_ms_per_run[str(clients)] = (cpu_seconds() - cpu) * 1000 / (runs * trials)
     return rates
 
 

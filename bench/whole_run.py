@@ -7,6 +7,7 @@ import collections
 import itertools
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 import nats
@@ -167,9 +168,16 @@ async def bus_messages(bench: Bench, clients: Clients, n: int) -> dict[str, Any]
     }
 
 
-async def concurrent(clients: Clients, in_flight: int, total: int, trials: int) -> dict[str, Any]:
+async def concurrent(
+    clients: Clients,
+    in_flight: int,
+    total: int,
+    trials: int,
+    cpu_seconds: Callable[[], float] | None = None,
+) -> dict[str, Any]:
     """`trials` rounds of `total` runs, `in_flight` at a time: the median round's runs/s and
-    the latency every run saw."""
+    the latency every run saw; with `cpu_seconds` (every process's CPU so far, the client's
+    included), the CPU per run over the rounds."""
     limit = asyncio.Semaphore(in_flight)
     samples: list[float] = []
 
@@ -180,22 +188,31 @@ async def concurrent(clients: Clients, in_flight: int, total: int, trials: int) 
     await asyncio.gather(*(guarded() for _ in range(min(total, in_flight * 2))))  # warm
     samples.clear()
     rates = []
+    cpu = cpu_seconds() if cpu_seconds else 0.0
     for _ in range(trials):
         start = time.perf_counter()
         await asyncio.gather(*(guarded() for _ in range(total)))
         rates.append(total / (time.perf_counter() - start))
-    return {"runs_per_s": statistics.median(rates), "trials": rates, **stats_ms(samples)}
+    point = {"runs_per_s": statistics.median(rates), "trials": rates, **stats_ms(samples)}
+    if cpu_seconds:
+        point["cpu_ms_per_run"] = (cpu_seconds() - cpu) * 1000 / (total * trials)
+    return point
 
 
 async def matrix(
-    clients: Clients, levels: tuple[int, ...], runs: int, trials: int
+    clients: Clients,
+    levels: tuple[int, ...],
+    runs: int,
+    trials: int,
+    cpu_seconds: Callable[[], float] | None = None,
 ) -> dict[str, dict[str, Any]]:
     points = {}
     for in_flight in levels:
-        point = await concurrent(clients, in_flight, max(runs, in_flight * 4), trials)
+        point = await concurrent(clients, in_flight, max(runs, in_flight * 4), trials, cpu_seconds)
         points[str(in_flight)] = point
+        cpu = f"   CPU {point['cpu_ms_per_run']:.2f} ms/run" if "cpu_ms_per_run" in point else ""
         print(
             f"    {in_flight:>3} clients: {point['runs_per_s']:7.1f} runs/s   "
-            f"p50 {point['p50_ms']:7.1f} ms   p99 {point['p99_ms']:7.1f} ms"
+            f"p50 {point['p50_ms']:7.1f} ms   p99 {point['p99_ms']:7.1f} ms{cpu}"
         )
     return points

@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 
 import msgspec
 import nats
+import nats.js.errors
 import pytest
 from nats.aio.client import Client as NATS
 from nats.js.kv import KeyValue
@@ -13,9 +14,15 @@ from opentelemetry import trace
 
 from runbus import subjects
 from runbus.bus import Bus
+from runbus.errors import RemoteError
 from runbus.headers import RunContext
-from runbus.messages import ChatMessage, HistoryAppend
-from runbus.messages.history import HISTORY_APPENDED_DECODER
+from runbus.messages import ChatMessage, HistoryAppend, HistoryLoad, TextContent
+from runbus.messages.history import (
+    BATCH_ENCODER,
+    HISTORY_APPENDED_DECODER,
+    HISTORY_LOADED_DECODER,
+    StoredBatch,
+)
 from runbus.messages.sessions import SESSION_OPENED_DECODER, SessionOpen, SessionRecord
 from runbus_history.cache import RecordCache
 from runbus_history.records import SessionRecords
@@ -199,3 +206,78 @@ async def test_opening_a_new_session_claims_it_in_the_write_that_creates_it(nc: 
         assert opened.record.revision == after == before + 1
     finally:
         await history.stop()
+
+
+async def test_a_new_session_never_shows_what_a_deleted_one_of_the_same_id_left_behind(
+    nc: NATS,
+) -> None:
+    """An append that lands while its session is being deleted leaves a batch with no record.
+    Whoever creates a session of that id next — here another user — starts empty, and the
+    leftover is purged rather than waiting for them to read it."""
+    history = HistoryService(nc)
+    await history.start()
+    bus = Bus(nc, trace.get_tracer("test"))
+    log = subjects.history_log("acme", "s1")
+    leftover = StoredBatch(
+        messages=[
+            ChatMessage(
+                role="user",
+                contents=[TextContent(text="alice's secret")],
+                message_id="r-old:in0",
+            )
+        ]
+    )
+    await nc.jetstream().publish(log, BATCH_ENCODER.encode(leftover))
+    bob = RunContext(run_id="r-bob", props={"tenant": "acme", "user_id": "bob"})
+    try:
+        opened = await bus.request(
+            subjects.SESSIONS_OPEN, SessionOpen(session_id="s1"), SESSION_OPENED_DECODER, ctx=bob
+        )
+        loaded = await bus.request(
+            subjects.HISTORY_LOAD, HistoryLoad(session_id="s1"), HISTORY_LOADED_DECODER, ctx=bob
+        )
+
+        assert (opened.created, opened.record.owner, opened.history_end) == (True, "bob", 0)
+        assert opened.messages == []
+        assert loaded.messages == []
+        with pytest.raises(nats.js.errors.NotFoundError):
+            await nc.jetstream().get_last_msg(subjects.HISTORY_STREAM, log)
+    finally:
+        await history.stop()
+
+
+async def test_a_release_never_changes_a_session_someone_else_created_since(
+    nats_server: SecuredNats, nc: NATS
+) -> None:
+    """alice's run releases a session that was deleted and created again by bob meanwhile
+    (history's cache still holding alice's record): the compare-and-set fails, the re-read
+    finds bob's record, and the release is refused instead of writing to it."""
+    history = HistoryService(nc)
+    await history.start()
+    other_nc = await nats.connect(nats_server.url)
+    other = await SessionRecords.open(other_nc)
+    bus = Bus(nc, trace.get_tracer("test"))
+    alice = RunContext(run_id="r-1", props={"tenant": "acme", "user_id": "alice"})
+    try:
+        await bus.request(
+            subjects.SESSIONS_OPEN, SessionOpen(session_id="s1"), SESSION_OPENED_DECODER, ctx=alice
+        )
+        await history.records.close()  # from here on, history's cache hears of no write
+        await other.delete("acme", "s1")
+        bobs = await other.create(record("bob"))
+        assert bobs is not None
+
+        with pytest.raises(RemoteError) as refused:
+            await bus.request(
+                subjects.HISTORY_APPEND,
+                HistoryAppend(session_id="s1", messages=[], release=True, history_length=7),
+                HISTORY_APPENDED_DECODER,
+                ctx=alice,
+            )
+
+        assert refused.value.remote_code == "not_found"
+        assert await other.get("acme", "s1") == bobs
+    finally:
+        await history.stop()
+        await other.close()
+        await other_nc.drain()

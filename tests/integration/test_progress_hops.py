@@ -10,7 +10,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from opentelemetry.trace import NoOpTracer
 
-from runbus.bus import Bus, heartbeats
+from runbus.bus import GONE, Bus, heartbeats
 from runbus.errors import IdleTimeout, MessageTooLarge
 from runbus.headers import RunContext
 from runbus.messages import TextContent
@@ -86,3 +86,62 @@ async def test_a_message_over_the_server_limit_is_refused_before_it_is_sent(nc: 
     assert caught.value.code == "message_too_large"
     with pytest.raises(MessageTooLarge):
         await bus.publish(SUBJECT, huge)
+
+
+async def test_work_done_before_the_first_beat_is_due_sends_no_beat(nc: NATS) -> None:
+    """A quick reply costs no heartbeat: the first one is due only after HEARTBEAT_EVERY."""
+    progress = nc.new_inbox()
+    sub = await nc.subscribe(progress)
+    await nc.flush()
+
+    async def quick() -> str:
+        await nc.flush()  # work that takes a round trip to the server, like a fast tool call
+        return "done"
+
+    assert await heartbeats(nc, progress, quick(), every=30.0) == "done"
+    await nc.flush()  # a beat sent would be in the subscription's queue by the server's pong
+    assert sub.pending_msgs == 0
+
+
+async def test_work_past_the_first_beat_beats_until_it_ends(nc: NATS) -> None:
+    """A beat comes once `every` has passed; with a listener it only times out, and the work's
+    result is returned (the beats a caller's idle timer is reset by)."""
+    beats: list[Msg] = []
+    beaten = asyncio.get_running_loop().create_future()
+    progress = nc.new_inbox()
+
+    async def on_beat(msg: Msg) -> None:
+        beats.append(msg)
+        if not beaten.done():
+            beaten.set_result(None)
+
+    await nc.subscribe(progress, cb=on_beat)
+    await nc.flush()
+
+    async def until_beaten() -> str:
+        await beaten
+        return "done"
+
+    assert await heartbeats(nc, progress, until_beaten(), every=0.05) == "done"
+    assert len(beats) >= 1
+
+
+async def test_a_beat_for_a_call_that_returned_is_answered_gone(nc: NATS) -> None:
+    """The caller's connection keeps one subscription for all its progress calls, so a call
+    that ended is not told by "no responders" but by an answer: the serving side stops."""
+    progress_subjects: list[str] = []
+
+    async def on_request(msg: Msg) -> None:
+        progress_subjects.append(RunContext.from_headers(msg.headers).progress)
+        await msg.respond(msgspec.json.encode(REPLY))
+
+    await nc.subscribe(SUBJECT, cb=on_request)
+    bus = Bus(nc, NoOpTracer(), request_timeout=5)
+    for _ in range(2):
+        await bus.request(SUBJECT, REPLY, CONTENT_DECODER, ctx=RunContext(), progress=True)
+
+    first, second = progress_subjects
+    assert first != second
+    answer = await nc.request(first, b"", timeout=5)
+    assert answer.headers is not None
+    assert answer.headers.get(GONE) == "1"

@@ -89,7 +89,12 @@ def test_markdown_shows_each_ratio_next_to_the_absolute_number_it_comes_from() -
 def durable() -> dict[str, Any]:
     base = results()
     base["whole_run"]["runbus"]["cpu_ms_per_run"]["by_process"] = {"gateway#1": 6.0}
-    base["throughput"]["1"]["64"] = {"runs_per_s": 90.0, "p50_ms": 1.0, "p99_ms": 2.0}
+    base["throughput"]["1"]["64"] = {
+        "runs_per_s": 90.0,
+        "p50_ms": 1.0,
+        "p99_ms": 2.0,
+        "cpu_ms_per_run": 9.0,
+    }
     base["throughput"]["2"]["64"] = {"runs_per_s": 120.0, "p50_ms": 1.0, "p99_ms": 2.0}
     base["anchors"] = {
         "langgraph_memory": {"p50_ms": 8.0, "cpu_ms_per_run": 8.0, "runs_per_s": {"64": 100.0}},
@@ -98,6 +103,7 @@ def durable() -> dict[str, Any]:
             "cpu_ms_per_run": 30.0,
             "cpu_ms_by_process": {"anchor": 20.0, "database": 10.0},
             "runs_per_s": {"64": 35.0},
+            "cpu_ms_per_run_by_clients": {"1": 31.0, "64": 36.0},
         },
     }
 
@@ -148,10 +154,12 @@ def durable() -> dict[str, Any]:
 
 
 def test_durable_targets_compare_with_langgraph_measured_in_the_same_run() -> None:
-    cpu, rate, slow, overhead, session, memory, stack = durable_targets(durable())
+    cpu, cpu64, rate, slow, overhead, session, memory, stack = durable_targets(durable())
 
     assert cpu.measured == pytest.approx(12.0 / 30.0)
     assert cpu.met is True
+    assert cpu64.measured == pytest.approx(9.0 / 36.0)  # 1 gateway, over the 64-client rounds
+    assert cpu64.met is True
     assert rate.measured == pytest.approx(120.0 / 35.0)  # the better gateway count
     assert "(2 gateway(s))" in rate.basis
     assert slow.measured == pytest.approx(60.0 / 16.0)
@@ -174,6 +182,8 @@ def test_markdown_says_why_a_durable_target_was_missed_and_plots_are_listed() ->
     )
     assert "## Missed targets: why, and what would close them" in text
     assert "LangGraph + Postgres (fsync on)" in text
+    assert "| 35 | 31.0 / 36.0 | 1.00x | 1.00x |" in text  # CPU at 1 / 64 clients, its ratios
+    assert "| 40 / 90 | 9.000 | 0.40x | 0.25x |" in text  # runbus: only 64 clients measured
     assert "| 1000 | runbus, six processes | 60.0 | 1 |" in text
     assert "runbus, six processes at 1000 in flight**: 1 of" in text  # its failures explained
 
@@ -236,3 +246,21 @@ def test_markdown_says_what_bounds_a_level_and_where_one_runs_overhead_goes() ->
     assert "The model server: 0.10 cores, 0.400 ms CPU per call, answered p99 2.000 ms" in text
     assert "| model call beyond the model's latency (HTTP) | 24.0 | 40% |" in text
     assert "the largest parts of runbus's overhead per run are model call beyond" in text
+
+
+def test_a_missed_cpu_target_is_explained_with_the_cost_where_requests_overlap() -> None:
+    measured = durable()
+    measured["whole_run"]["runbus"]["cpu_ms_per_run"]["total"] = 27.0  # 0.9x: missed
+    measured["whole_run"]["messages"] = {
+        "runs": 20,
+        "by_kind": {"request/reply hops": 10.0, "run events": 10.0, "KV writes": 9.0},
+        "hops_by_subject": {},
+        "kv_and_other_by_subject": {},
+    }
+
+    text = markdown(measured)
+
+    assert "| CPU per run vs LangGraph + Postgres, runs one at a time | 0.90x |" in text
+    assert "| CPU per run vs LangGraph + Postgres, 64 clients | 0.25x |" in text
+    assert "A run puts 29 messages on the services' bus" in text
+    assert "cost 9.000 ms each (LangGraph + Postgres 36.0 ms)" in text

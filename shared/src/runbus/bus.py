@@ -8,11 +8,15 @@ takes, and turns an `rb-error` reply into a `RemoteError` with the remote code.
 A progress-aware request (`progress=True`) waits on an idle timer instead of a fixed one: the
 serving side sends heartbeats to the caller's progress subject while it works (`heartbeats`),
 each resets the timer, and when the caller stops listening (it gave up, was cancelled or died)
-the next heartbeat finds no one and the serving side cancels the work.
+the next heartbeat is answered "gone" (or finds no one at all) and the serving side cancels the
+work. The replies and heartbeats of every such call of one connection come on one wildcard
+subscription (`ProgressCalls`), not on one made and dropped per call.
 """
 
 import asyncio
 import contextlib
+import functools
+import itertools
 import time
 from collections.abc import Awaitable, Callable
 from typing import Final, TypeVar
@@ -22,6 +26,7 @@ import nats.errors
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js.api import PubAck
+from nats.js.client import JetStreamContext
 from opentelemetry.trace import SpanKind, Tracer, set_span_in_context
 
 from . import headers as h
@@ -51,6 +56,60 @@ _REPLY: Final = "r"
 _BEAT: Final = "p"
 _STATUS: Final = "Status"
 _NO_RESPONDERS: Final = "503"
+GONE: Final = "rb-gone"
+"""Header of the answer to a heartbeat whose call is no longer waited on."""
+
+
+class ProgressCalls:
+    """The progress-aware calls one connection has in flight, on one subscription.
+
+    Call `t` gets its reply on `<prefix>.t.r` and the serving side's heartbeats on
+    `<prefix>.t.p`. A per-call subscription would say "the caller left" by disappearing (the
+    next beat finds no responders), but costs the server a SUB and an UNSUB, and the
+    interest changes that come with them, for every call; here a beat for a call no longer
+    waited on is answered with `GONE` instead. A caller process that died still leaves no
+    responders.
+    """
+
+    def __init__(self, nc: NATS) -> None:
+        self.nc = nc
+        self._prefix = ""
+        self._waiting: dict[str, asyncio.Queue[Msg]] = {}
+        self._tokens = itertools.count()
+        self._opening = asyncio.Lock()
+
+    async def open(self) -> str:
+        """The subscription's subject prefix, subscribing on first use."""
+        if not self._prefix:
+            async with self._opening:
+                if not self._prefix:
+                    prefix = self.nc.new_inbox()
+                    await self.nc.subscribe(f"{prefix}.*.*", cb=self._on_message)
+                    self._prefix = prefix
+        return self._prefix
+
+    def token(self) -> str:
+        """A call id unique on this subscription (its prefix is unique to the connection)."""
+        return str(next(self._tokens))
+
+    def wait(self, token: str) -> "asyncio.Queue[Msg]":
+        """Start listening for call `token`'s reply and heartbeats."""
+        queue: asyncio.Queue[Msg] = asyncio.Queue()
+        self._waiting[token] = queue
+        return queue
+
+    def done(self, token: str) -> None:
+        """Stop listening for call `token`: its next heartbeat is answered `GONE`."""
+        self._waiting.pop(token, None)
+
+    async def _on_message(self, msg: Msg) -> None:
+        token, _, kind = msg.subject[len(self._prefix) + 1 :].partition(".")
+        queue = self._waiting.get(token)
+        if queue is not None:
+            queue.put_nowait(msg)
+        elif kind == _BEAT and msg.reply:
+            with contextlib.suppress(nats.errors.Error):
+                await self.nc.publish(msg.reply, b"", headers={GONE: "1"})
 
 
 class Bus:
@@ -60,6 +119,14 @@ class Bus:
         self.nc = nc
         self.tracer = tracer
         self.request_timeout = request_timeout
+        self.progress_calls = ProgressCalls(nc)
+
+    @functools.cached_property
+    def js(self) -> JetStreamContext:
+        """One context for the connection's lifetime: nats-py's `publish_async` subscribes an
+        ack inbox per JetStreamContext and never drops it, so a context per publish left a
+        subscription behind for every run event (on the client and on the server)."""
+        return self.nc.jetstream()
 
     async def request(
         self,
@@ -162,22 +229,26 @@ class Bus:
     async def _request_with_progress(
         self, subject: str, data: bytes, idle: float, left: float | None, headers: dict[str, str]
     ) -> Msg:
-        """One subscription per call carries both the reply and the heartbeats; leaving it
+        """The reply and the heartbeats come on the connection's `ProgressCalls`; leaving
         (on return, error or cancel) is what tells the serving side to stop."""
-        inbox = self.nc.new_inbox()
+        calls = self.progress_calls
+        prefix = await calls.open()
+        token = calls.token()
         deadline = None if left is None else time.monotonic() + left
-        headers[h.PROGRESS] = f"{inbox}.{_BEAT}"
-        sub = await self.nc.subscribe(f"{inbox}.*")
+        headers[h.PROGRESS] = f"{prefix}.{token}.{_BEAT}"
+        reply_to = f"{prefix}.{token}.{_REPLY}"
+        heard = calls.wait(token)
         try:
             for attempt in range(2):
-                await self.nc.publish(subject, data, reply=f"{inbox}.{_REPLY}", headers=headers)
+                await self.nc.publish(subject, data, reply=reply_to, headers=headers)
                 while True:
                     wait = idle if deadline is None else min(idle, deadline - time.monotonic())
                     try:
                         if wait <= 0:
-                            raise nats.errors.TimeoutError
-                        msg = await sub.next_msg(timeout=wait)
-                    except nats.errors.TimeoutError:
+                            raise TimeoutError
+                        async with asyncio.timeout(wait):
+                            msg = await heard.get()
+                    except TimeoutError:
                         if deadline is not None and time.monotonic() >= deadline - 0.001:
                             raise DeadlineExceeded(
                                 f"deadline passed waiting on {subject!r}"
@@ -192,8 +263,7 @@ class Bus:
                     await asyncio.sleep(NO_RESPONDERS_RETRY)
             raise Unavailable(f"no service answers on {subject!r}")
         finally:
-            with contextlib.suppress(nats.errors.Error):
-                await sub.unsubscribe()
+            calls.done(token)
 
     async def publish(
         self, subject: str, message: msgspec.Struct, *, ctx: h.RunContext | None = None
@@ -208,14 +278,14 @@ class Bus:
     async def stream_publish(self, subject: str, data: bytes, headers: dict[str, str]) -> PubAck:
         """Publish into a JetStream stream and wait for its ack."""
         self.check_size(subject, data)
-        return await self.nc.jetstream().publish(subject, data, headers=headers)
+        return await self.js.publish(subject, data, headers=headers)
 
     async def stream_publish_async(
         self, subject: str, data: bytes, headers: dict[str, str]
     ) -> asyncio.Future[PubAck]:
         """Publish into a JetStream stream; the ack's future (gather many before going on)."""
         self.check_size(subject, data)
-        return await self.nc.jetstream().publish_async(subject, data, headers=headers)
+        return await self.js.publish_async(subject, data, headers=headers)
 
 
 async def heartbeats(
@@ -230,7 +300,9 @@ async def heartbeats(
 
     A beat is a request nobody answers: it times out while the caller listens, and comes back
     at once as "no responders" when the caller has gone, which cancels `work` and raises
-    `CallerGone`. Without a progress subject `work` simply runs.
+    `CallerGone`. Without a progress subject `work` simply runs. The first beat goes out after
+    `every`, not at once: most work (a tool call, a scripted or cached model reply) is done by
+    then, and a beat it does not need costs three processes a message each.
     """
     task = asyncio.ensure_future(work)
     if not progress:
@@ -239,19 +311,23 @@ async def heartbeats(
 
     async def beat() -> None:
         nonlocal gone
+        await asyncio.sleep(every)
         while not task.done():
             try:
+                # Unanswered while the caller waits; answered `GONE` once it stopped waiting.
                 await nc.request(progress, b"", timeout=every)
             except nats.errors.TimeoutError:
                 continue
             except nats.errors.NoRespondersError:
-                gone = True
-                if on_gone is not None:
-                    on_gone()
-                task.cancel()
-                return
+                pass  # the caller's process is gone altogether
             except nats.errors.Error:
                 await asyncio.sleep(every)  # reconnecting: the work goes on meanwhile
+                continue
+            gone = True
+            if on_gone is not None:
+                on_gone()
+            task.cancel()
+            return
 
     beating = asyncio.ensure_future(beat())
     try:

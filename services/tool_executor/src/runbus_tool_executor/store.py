@@ -5,11 +5,11 @@ from collections.abc import Iterable, Sequence
 from typing import Final
 
 from nats.aio.client import Client as NATS
-from nats.js.api import KeyValueConfig, StorageType
-from nats.js.errors import BadRequestError, KeyNotFoundError, KeyWrongLastSequenceError, NoKeysError
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NoKeysError
 from nats.js.kv import KeyValue
 
 from runbus import subjects
+from runbus.jetstream import open_bucket
 from runbus.messages import encode
 
 from .calls import CALL_RECORD_DECODER, CallRecord
@@ -20,26 +20,6 @@ CALL_RECORD_TTL: Final = 24 * 3600.0
 """Seconds a call record is kept: far longer than any run retries a call."""
 CATALOG_TTL: Final = 7 * 24 * 3600.0
 """Seconds an entry of a deployment that is gone lingers before JetStream drops it."""
-
-
-async def open_bucket(
-    nc: NATS, bucket: str, *, ttl: float, replicas: int, description: str
-) -> KeyValue:
-    """Create the bucket, or bind to it when another replica made it (maybe configured
-    differently: the first one wins)."""
-    js = nc.jetstream()
-    config = KeyValueConfig(
-        bucket=bucket,
-        description=description,
-        ttl=ttl,
-        replicas=replicas,
-        storage=StorageType.FILE,
-        direct=True,
-    )
-    try:
-        return await js.create_key_value(config)
-    except BadRequestError:
-        return await js.key_value(bucket)
 
 
 async def open_stores(nc: NATS, *, replicas: int) -> tuple["KvCallStore", "KvCatalog"]:
