@@ -22,10 +22,9 @@ import nats.errors
 import nats.js.errors
 import structlog
 from nats.aio.client import Client as NATS
-from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
-from runbus import subjects
+from runbus import jetstream, subjects
 from runbus.jetstream import next_update
 from runbus.messages.model import TenantUsage, UsageRow
 
@@ -64,19 +63,13 @@ def tenant_key(day: str, tenant: str) -> str:
 
 async def open_bucket(nc: NATS, *, replicas: int) -> KeyValue:
     """The bucket, created on first start (every replica may race to do it)."""
-    js = nc.jetstream()
-    config = KeyValueConfig(
-        bucket=subjects.MODEL_BUCKET,
-        description="runbus model router: usage counters, reasoning provenance",
-        history=1,
-        ttl=RETENTION,
-        storage=StorageType.FILE,
+    return await jetstream.open_bucket(
+        nc,
+        subjects.MODEL_BUCKET,
         replicas=replicas,
+        ttl=RETENTION,
+        description="runbus model router: usage counters, reasoning provenance",
     )
-    try:
-        return await js.create_key_value(config)
-    except nats.js.errors.BadRequestError:
-        return await js.key_value(subjects.MODEL_BUCKET)
 
 
 class KvLedger:
