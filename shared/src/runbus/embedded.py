@@ -205,6 +205,10 @@ def _node_config(
     )
 
 
+START_ATTEMPTS = 3
+"""Times a cluster is started on fresh route ports before its failure is reported."""
+
+
 class EmbeddedNatsCluster:
     """`size` nats-server processes on loopback, routed into one cluster with JetStream
     (distinct server names and store dirs), for tests of replicated streams and node loss.
@@ -223,24 +227,37 @@ class EmbeddedNatsCluster:
         config_file: Path | None = None,
     ) -> None:
         root.mkdir(parents=True, exist_ok=True)
-        route_ports = [_free_port() for _ in range(size)]
-        route_password = busauth.new_password()
+        self._root = root
+        self._name = name
+        self._route_password = busauth.new_password()
         # nats-server resolves an include against the including file's folder.
-        include = os.path.relpath(config_file.resolve(), root.resolve()) if config_file else ""
-        self.nodes = []
-        for index in range(size):
-            node_name = f"{name}-{index + 1}"
-            node_config = root / f"{node_name}.conf"
-            node_config.unlink(missing_ok=True)
-            text = _node_config(
-                cluster=name,
-                route_port=route_ports[index],
-                route_ports=route_ports,
-                route_password=route_password,
-                include=include,
+        self._include = (
+            os.path.relpath(config_file.resolve(), root.resolve()) if config_file else ""
+        )
+        self.nodes = [
+            _ClusterNode(
+                f"{name}-{index + 1}",
+                root / f"{name}-{index + 1}",
+                config_file=root / f"{name}-{index + 1}.conf",
             )
-            busauth.write_secret(node_config, text.encode())
-            self.nodes.append(_ClusterNode(node_name, root / node_name, config_file=node_config))
+            for index in range(size)
+        ]
+        self._configure()
+
+    def _configure(self) -> None:
+        """Write each node's config with route ports free a moment ago."""
+        route_ports = [_free_port() for _ in self.nodes]
+        for node, route_port in zip(self.nodes, route_ports, strict=True):
+            assert node.config_file is not None
+            node.config_file.unlink(missing_ok=True)
+            text = _node_config(
+                cluster=self._name,
+                route_port=route_port,
+                route_ports=route_ports,
+                route_password=self._route_password,
+                include=self._include,
+            )
+            busauth.write_secret(node.config_file, text.encode())
 
     @property
     def urls(self) -> list[str]:
@@ -248,9 +265,21 @@ class EmbeddedNatsCluster:
         return [node.url for node in self.nodes]
 
     def start(self, timeout: float = 20.0) -> list[str]:
-        """Start every node; return once the cluster has elected a JetStream meta leader."""
-        for node in self.nodes:
-            node.start()
+        """Start every node; return once the cluster has elected a JetStream meta leader.
+
+        A route port is picked free and only then bound by its node, so another process can
+        take it in between: a node that does not come up stops the ones started, and the
+        cluster starts again on new route ports (a few times)."""
+        for attempt in range(START_ATTEMPTS):
+            try:
+                for node in self.nodes:
+                    node.start()
+                break
+            except EmbeddedNatsError:
+                self.stop()
+                if attempt == START_ATTEMPTS - 1:
+                    raise
+                self._configure()
         self._wait_for_meta_leader(timeout)
         return self.urls
 
