@@ -56,8 +56,10 @@ _REPLY: Final = "r"
 _BEAT: Final = "p"
 _STATUS: Final = "Status"
 _NO_RESPONDERS: Final = "503"
-GONE: Final = "rb-gone"
-"""Header of the answer to a heartbeat whose call is no longer waited on."""
+GONE: Final = {_STATUS: _NO_RESPONDERS, "rb-gone": "1"}
+"""Headers of the answer to a heartbeat whose call is no longer waited on: the status the
+server gives a request nobody listens to, so any NATS client, a serving side of an earlier
+runbus version too, reads it as "no responders" (`rb-gone` says who sent it)."""
 
 
 class ProgressCalls:
@@ -67,8 +69,8 @@ class ProgressCalls:
     `<prefix>.t.p`. A per-call subscription would say "the caller left" by disappearing (the
     next beat finds no responders), but costs the server a SUB and an UNSUB, and the
     interest changes that come with them, for every call; here a beat for a call no longer
-    waited on is answered with `GONE` instead. A caller process that died still leaves no
-    responders.
+    waited on is answered with the same "no responders" status instead (`GONE`). A caller
+    process that died still leaves no responders at all.
     """
 
     def __init__(self, nc: NATS) -> None:
@@ -109,7 +111,7 @@ class ProgressCalls:
             queue.put_nowait(msg)
         elif kind == _BEAT and msg.reply:
             with contextlib.suppress(nats.errors.Error):
-                await self.nc.publish(msg.reply, b"", headers={GONE: "1"})
+                await self.nc.publish(msg.reply, b"", headers=dict(GONE))
 
 
 class Bus:
@@ -298,11 +300,12 @@ async def heartbeats(
 ) -> T:
     """Run `work`, beating to the caller's `progress` subject every `every` seconds meanwhile.
 
-    A beat is a request nobody answers: it times out while the caller listens, and comes back
-    at once as "no responders" when the caller has gone, which cancels `work` and raises
-    `CallerGone`. Without a progress subject `work` simply runs. The first beat goes out after
-    `every`, not at once: most work (a tool call, a scripted or cached model reply) is done by
-    then, and a beat it does not need costs three processes a message each.
+    A beat is a request nobody answers: it times out while the caller waits, and comes back
+    at once as "no responders" once the caller stopped waiting (`GONE`) or is gone, which
+    cancels `work` and raises `CallerGone`. Without a progress subject `work` simply runs.
+    The first beat goes out after `every`, not at once: most work (a tool call, a scripted or
+    cached model reply) is done by then, and a beat it does not need costs three processes a
+    message each.
     """
     task = asyncio.ensure_future(work)
     if not progress:
@@ -314,15 +317,15 @@ async def heartbeats(
         await asyncio.sleep(every)
         while not task.done():
             try:
-                # Unanswered while the caller waits; answered `GONE` once it stopped waiting.
                 await nc.request(progress, b"", timeout=every)
             except nats.errors.TimeoutError:
-                continue
+                continue  # the caller waits
             except nats.errors.NoRespondersError:
-                pass  # the caller's process is gone altogether
+                pass  # the call ended (`GONE`), or the caller's process is gone
             except nats.errors.Error:
                 await asyncio.sleep(every)  # reconnecting: the work goes on meanwhile
                 continue
+            # No responders, or any answer at all: nobody waits for this work any more.
             gone = True
             if on_gone is not None:
                 on_gone()
