@@ -359,6 +359,24 @@ async def test_cancelled_run_keeps_its_checkpoint_and_the_session_stays_usable(
         await alice.run("nope", "x", session_id="cx")
 
 
+async def test_deleting_a_session_cancels_the_run_working_on_it(
+    gated_stack: tuple[Stack, GatedModel], alice: RunbusClient
+) -> None:
+    _, model = gated_stack
+    run_id = await alice.start("travel", "Weather?", session_id="gone")
+    await asyncio.wait_for(model.reached.wait(), 10)
+
+    await alice.call("sessions.delete", SessionDelete(session_id="gone"), SESSION_DELETED_DECODER)
+    final = await asyncio.wait_for(_final(alice, run_id), 10)
+    model.release.set()
+
+    assert isinstance(final, RunFailed)
+    assert final.error.code == "cancelled"
+    with pytest.raises(RemoteError) as missing:
+        await history_of(alice, "gone")
+    assert missing.value.remote_code == "not_found"
+
+
 async def test_deleting_a_session_forgets_the_memories_stored_from_it(
     stack: Stack, alice: RunbusClient
 ) -> None:

@@ -1,9 +1,12 @@
 """History rules: how loads are stamped (what an append stores: test_history_batches.py)."""
 
+from datetime import UTC, datetime
+
 from runbus.history_batches import messages_to_store
 from runbus.messages import ChatMessage, Source, TextContent
 from runbus.messages.history import StoredBatch
-from runbus_history.core import loaded
+from runbus.messages.sessions import SessionRecord
+from runbus_history.core import live_run, loaded
 
 
 def message(message_id: str, text: str = "hi", source: Source = "external") -> ChatMessage:
@@ -40,3 +43,19 @@ def test_loaded_history_is_never_stored_again() -> None:
 
     assert [m.message_id for m in keep] == ["c"]
     assert skipped == 2
+
+
+def test_a_session_is_held_only_by_a_run_whose_claim_has_not_expired() -> None:
+    stamp = datetime(2026, 12, 1, tzinfo=UTC)
+    free = SessionRecord(
+        session_id="s1", tenant="acme", owner="alice", agent="travel",
+        created_at=stamp, updated_at=stamp,
+    )  # fmt: skip
+    held = SessionRecord(
+        session_id="s1", tenant="acme", owner="alice", agent="travel",
+        created_at=stamp, updated_at=stamp, active_run="r-1", claim_expires=100.0,
+    )  # fmt: skip
+
+    assert live_run(free, now=50.0) is None
+    assert live_run(held, now=50.0) == "r-1"
+    assert live_run(held, now=100.0) is None  # expired: stale, nobody holds it

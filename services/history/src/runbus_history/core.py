@@ -166,6 +166,14 @@ def owned(record: SessionRecord | None, user_id: str, session_id: str) -> Sessio
     return record
 
 
+def live_run(record: SessionRecord, now: float) -> str | None:
+    """The run holding the session now, if any (a claim past its expiry is stale)."""
+    holder = record.active_run
+    if holder is None or (record.claim_expires is not None and record.claim_expires <= now):
+        return None
+    return holder
+
+
 def claim(
     record: SessionRecord,
     run_id: str,
@@ -178,15 +186,9 @@ def claim(
     Raises `SessionBusy` when another live run holds it and the policy is not `interrupt`
     (for `enqueue` the caller waits and tries again). A claim past its expiry is stale.
     """
-    holder = record.active_run
-    live = (
-        holder is not None
-        and holder != run_id
-        and (record.claim_expires is None or record.claim_expires > now)
-    )
+    holder = live_run(record, now)
     displaced: str | None = None
-    if live:
-        assert holder is not None
+    if holder is not None and holder != run_id:
         if policy != "interrupt":
             raise SessionBusy(record.session_id, holder)
         displaced = holder

@@ -345,11 +345,15 @@ class HistoryService(Service):
 
     async def on_delete(self, ctx: RunContext, request: SessionDelete) -> SessionDeleted:
         who = caller(ctx)
-        core.owned(
+        record = core.owned(
             await self.records.get(who.tenant, request.session_id),
             who.user_id,
             request.session_id,
         )
+        if (running := core.live_run(record, time.time())) is not None:
+            # A run still working on the session stops now rather than writing on into a
+            # session that is gone (and maybe made again by someone else by then).
+            await self.nc.publish(subjects.run_cancel(who.tenant, who.user_id, running), b"")
         await store.purge(self.nc, subjects.history_log(who.tenant, request.session_id))
         await store.purge(self.nc, subjects.history_compactions(who.tenant, request.session_id))
         await self.records.delete(who.tenant, request.session_id)
