@@ -227,7 +227,6 @@ class EmbeddedNatsCluster:
         config_file: Path | None = None,
     ) -> None:
         root.mkdir(parents=True, exist_ok=True)
-        self._root = root
         self._name = name
         self._route_password = busauth.new_password()
         # nats-server resolves an include against the including file's folder.

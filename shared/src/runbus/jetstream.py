@@ -93,13 +93,14 @@ async def _open_bucket(
         except BadRequestError:  # another replica created it a moment ago
             return await js.key_value(bucket)
     stream = await js.stream_info(f"KV_{bucket}")
-    if not stream.config.allow_direct:
-        # A bucket from an earlier version: reads through the stream API cost the server a
-        # JSON request, a base64 reply and an audit advisory each; direct gets cost neither.
-        await js.update_stream(replace(stream.config, allow_direct=True))
-        kv = await js.key_value(bucket)
-    if (stream.config.num_replicas or 1) < replicas:
-        await js.update_stream(replace(stream.config, num_replicas=replicas, allow_direct=True))
+    more_replicas = (stream.config.num_replicas or 1) < replicas
+    # A bucket from an earlier version may lack direct gets: reads through the stream API cost
+    # the server a JSON request, a base64 reply and an audit advisory each.
+    if more_replicas or not stream.config.allow_direct:
+        wanted = max(stream.config.num_replicas or 1, replicas)
+        await js.update_stream(replace(stream.config, num_replicas=wanted, allow_direct=True))
+        kv = await js.key_value(bucket)  # bound again: it reads by direct get from now on
+    if more_replicas:
         await _wait_for_replicas(nc, f"KV_{bucket}", replicas)
     return kv
 
