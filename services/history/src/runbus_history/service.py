@@ -228,7 +228,7 @@ class HistoryService(Service):
             raise
         if displaced:
             # The displaced run stops at its next step; its messages so far stay in history.
-            await self.nc.publish(subjects.run_cancel(who.tenant, who.user_id, displaced[0]), b"")
+            await self._cancel_run(who, displaced[0])
         history = await reading
         if created and (history.compacted or history.end != 0):
             history = await self._discard_leftovers(who, request.session_id)
@@ -325,9 +325,8 @@ class HistoryService(Service):
             raise SessionExists(record.session_id)
         # Only once the record is the caller's: what is purged is a leftover of a session
         # deleted half-way, never the history of a session that exists (maybe someone else's).
+        await self._purge(who, record.session_id)
         markers = subjects.history_compactions(who.tenant, record.session_id)
-        await store.purge(self.nc, subject)
-        await store.purge(self.nc, markers)
         document = request.document
         # De-duplication ids of this import alone: the same document imported again after a
         # delete, within the duplicate window, must be stored again, not taken for a retry.
@@ -353,9 +352,8 @@ class HistoryService(Service):
         if (running := core.live_run(record, time.time())) is not None:
             # A run still working on the session stops now rather than writing on into a
             # session that is gone (and maybe made again by someone else by then).
-            await self.nc.publish(subjects.run_cancel(who.tenant, who.user_id, running), b"")
-        await store.purge(self.nc, subjects.history_log(who.tenant, request.session_id))
-        await store.purge(self.nc, subjects.history_compactions(who.tenant, request.session_id))
+            await self._cancel_run(who, running)
+        await self._purge(who, request.session_id)
         await self.records.delete(who.tenant, request.session_id)
         return SessionDeleted(
             session_id=request.session_id,
@@ -381,9 +379,17 @@ class HistoryService(Service):
         left over from a deleted session of the same id (an append that landed while it was
         being deleted), and the new owner may be someone else, who must never read it."""
         self.log.warning("session_leftovers_purged", session_id=session_id)
+        await self._purge(who, session_id)
+        return History([], False, 0)
+
+    async def _purge(self, who: Caller, session_id: str) -> None:
+        """Remove every batch and compaction stored under the caller's session `session_id`."""
         await store.purge(self.nc, subjects.history_log(who.tenant, session_id))
         await store.purge(self.nc, subjects.history_compactions(who.tenant, session_id))
-        return History([], False, 0)
+
+    async def _cancel_run(self, who: Caller, run_id: str) -> None:
+        """Tell the caller's run `run_id` to stop (every replica of every service hears it)."""
+        await self.nc.publish(subjects.run_cancel(who.tenant, who.user_id, run_id), b"")
 
     def _timeout(self, ctx: RunContext) -> float:
         left = ctx.time_left()
