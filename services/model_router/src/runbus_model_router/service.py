@@ -3,6 +3,7 @@ events) and `runbus.model.usage` (the usage report); stops a run's stream when t
 cancelled."""
 
 import asyncio
+import dataclasses
 from collections import OrderedDict
 from pathlib import Path
 from typing import Final, Self
@@ -105,9 +106,9 @@ class ModelRouterService(Service):
             load_backends(settings),
             config=config,
             stream_replicas=settings.stream_replicas,
-            options=ServiceOptions(
+            options=dataclasses.replace(
+                ROUTER_OPTIONS,
                 tracer_provider=tracer_provider,
-                max_concurrency=CALLS_AT_ONCE,
                 request_timeout=settings.request_timeout,
             ),
         )
