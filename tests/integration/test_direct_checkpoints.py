@@ -88,14 +88,6 @@ def stored_ids(batches: list[StoredBatch]) -> list[str]:
 
 
 @pytest.fixture
-async def history(nc: NATS) -> AsyncIterator[HistoryService]:
-    service = HistoryService(nc)
-    await service.start()
-    yield service
-    await service.stop()
-
-
-@pytest.fixture
 def ports(nc: NATS) -> BusPorts:
     return BusPorts(Bus(nc, trace.get_tracer("test")), cast(Approvals, None))
 

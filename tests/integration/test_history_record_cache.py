@@ -55,6 +55,21 @@ async def replicas(nats_server: SecuredNats) -> AsyncIterator[list[SessionRecord
         await nc.drain()
 
 
+@pytest.fixture
+async def other(nats_server: SecuredNats) -> AsyncIterator[SessionRecords]:
+    """Another history replica's view of the sessions bucket, on a connection of its own."""
+    connection = await nats.connect(nats_server.url)
+    view = await SessionRecords.open(connection)
+    yield view
+    await view.close()
+    await connection.drain()
+
+
+@pytest.fixture
+def bus(nc: NATS) -> Bus:
+    return Bus(nc, trace.get_tracer("test"))
+
+
 def count_gets(kv: KeyValue) -> list[str]:
     calls: list[str] = []
     get = kv.get
@@ -141,82 +156,65 @@ async def test_appends_after_a_replicas_own_writes_read_no_record(
 
 
 async def test_a_release_from_a_stale_cached_record_keeps_the_newer_write(
-    nats_server: SecuredNats, nc: NATS
+    history: HistoryService, other: SessionRecords, bus: Bus
 ) -> None:
     """The cache may lag a write (here its watcher is stopped outright); the releasing append
     then fails its compare-and-set, re-reads and keeps the other replica's change."""
-    history = HistoryService(nc)
-    await history.start()
-    other_nc = await nats.connect(nats_server.url)
-    other = await SessionRecords.open(other_nc)
-    bus = Bus(nc, trace.get_tracer("test"))
     ctx = RunContext(run_id="r-1", props={"tenant": "acme", "user_id": "alice"})
-    try:
-        await bus.request(
-            subjects.SESSIONS_OPEN, SessionOpen(session_id="s1"), SESSION_OPENED_DECODER, ctx=ctx
-        )
-        await history.records.close()  # from here on, history's cache hears of no write
-        stored = await other.get("acme", "s1")
-        assert stored is not None
-        assert stored.active_run == "r-1"
-        await other.update(msgspec.structs.replace(stored, state={"mode": "plan"}))
+    await bus.request(
+        subjects.SESSIONS_OPEN, SessionOpen(session_id="s1"), SESSION_OPENED_DECODER, ctx=ctx
+    )
+    await history.records.close()  # from here on, history's cache hears of no write
+    stored = await other.get("acme", "s1")
+    assert stored is not None
+    assert stored.active_run == "r-1"
+    await other.update(msgspec.structs.replace(stored, state={"mode": "plan"}))
 
-        appended = await bus.request(
-            subjects.HISTORY_APPEND,
-            HistoryAppend(
-                session_id="s1",
-                messages=[ChatMessage(role="user", contents=[], message_id="r-1:in0")],
-                release=True,
-                history_length=1,
-            ),
-            HISTORY_APPENDED_DECODER,
-            ctx=ctx,
-        )
+    appended = await bus.request(
+        subjects.HISTORY_APPEND,
+        HistoryAppend(
+            session_id="s1",
+            messages=[ChatMessage(role="user", contents=[], message_id="r-1:in0")],
+            release=True,
+            history_length=1,
+        ),
+        HISTORY_APPENDED_DECODER,
+        ctx=ctx,
+    )
 
-        assert appended.stored == 1
-        released = await other.get("acme", "s1")
-        assert released is not None
-        assert (released.active_run, released.history_length, released.state) == (
-            None,
-            1,
-            {"mode": "plan"},
-        )
-    finally:
-        await history.stop()
-        await other.close()
-        await other_nc.drain()
+    assert appended.stored == 1
+    released = await other.get("acme", "s1")
+    assert released is not None
+    assert (released.active_run, released.history_length, released.state) == (
+        None,
+        1,
+        {"mode": "plan"},
+    )
 
 
-async def test_opening_a_new_session_claims_it_in_the_write_that_creates_it(nc: NATS) -> None:
-    history = HistoryService(nc)
-    await history.start()
-    bus = Bus(nc, trace.get_tracer("test"))
+async def test_opening_a_new_session_claims_it_in_the_write_that_creates_it(
+    history: HistoryService, bus: Bus, nc: NATS
+) -> None:
     ctx = RunContext(run_id="r-1", props={"tenant": "acme", "user_id": "alice"})
     bucket = f"KV_{subjects.SESSIONS_BUCKET}"
-    try:
-        before = (await nc.jetstream().stream_info(bucket)).state.last_seq
+    before = (await nc.jetstream().stream_info(bucket)).state.last_seq
 
-        opened = await bus.request(
-            subjects.SESSIONS_OPEN, SessionOpen(session_id="s1"), SESSION_OPENED_DECODER, ctx=ctx
-        )
+    opened = await bus.request(
+        subjects.SESSIONS_OPEN, SessionOpen(session_id="s1"), SESSION_OPENED_DECODER, ctx=ctx
+    )
 
-        after = (await nc.jetstream().stream_info(bucket)).state.last_seq
-        assert opened.created
-        assert (opened.record.owner, opened.record.active_run) == ("alice", "r-1")
-        assert opened.record.revision == after == before + 1
-    finally:
-        await history.stop()
+    after = (await nc.jetstream().stream_info(bucket)).state.last_seq
+    assert opened.created
+    assert (opened.record.owner, opened.record.active_run) == ("alice", "r-1")
+    assert opened.record.revision == after == before + 1
 
 
 async def test_a_new_session_never_shows_what_a_deleted_one_of_the_same_id_left_behind(
-    nc: NATS,
+    history: HistoryService, bus: Bus, nc: NATS
 ) -> None:
     """An append that lands while its session is being deleted leaves a batch with no record.
     Whoever creates a session of that id next — here another user — starts empty, and the
     leftover is purged rather than waiting for them to read it."""
-    history = HistoryService(nc)
-    await history.start()
-    bus = Bus(nc, trace.get_tracer("test"))
     log = subjects.history_log("acme", "s1")
     leftover = StoredBatch(
         messages=[
@@ -229,55 +227,42 @@ async def test_a_new_session_never_shows_what_a_deleted_one_of_the_same_id_left_
     )
     await nc.jetstream().publish(log, BATCH_ENCODER.encode(leftover))
     bob = RunContext(run_id="r-bob", props={"tenant": "acme", "user_id": "bob"})
-    try:
-        opened = await bus.request(
-            subjects.SESSIONS_OPEN, SessionOpen(session_id="s1"), SESSION_OPENED_DECODER, ctx=bob
-        )
-        loaded = await bus.request(
-            subjects.HISTORY_LOAD, HistoryLoad(session_id="s1"), HISTORY_LOADED_DECODER, ctx=bob
-        )
+    opened = await bus.request(
+        subjects.SESSIONS_OPEN, SessionOpen(session_id="s1"), SESSION_OPENED_DECODER, ctx=bob
+    )
+    loaded = await bus.request(
+        subjects.HISTORY_LOAD, HistoryLoad(session_id="s1"), HISTORY_LOADED_DECODER, ctx=bob
+    )
 
-        assert (opened.created, opened.record.owner, opened.history_end) == (True, "bob", 0)
-        assert opened.messages == []
-        assert loaded.messages == []
-        with pytest.raises(nats.js.errors.NotFoundError):
-            await nc.jetstream().get_last_msg(subjects.HISTORY_STREAM, log)
-    finally:
-        await history.stop()
+    assert (opened.created, opened.record.owner, opened.history_end) == (True, "bob", 0)
+    assert opened.messages == []
+    assert loaded.messages == []
+    with pytest.raises(nats.js.errors.NotFoundError):
+        await nc.jetstream().get_last_msg(subjects.HISTORY_STREAM, log)
 
 
 async def test_a_release_never_changes_a_session_someone_else_created_since(
-    nats_server: SecuredNats, nc: NATS
+    history: HistoryService, other: SessionRecords, bus: Bus
 ) -> None:
     """alice's run releases a session that was deleted and created again by bob meanwhile
     (history's cache still holding alice's record): the compare-and-set fails, the re-read
     finds bob's record, and the release is refused instead of writing to it."""
-    history = HistoryService(nc)
-    await history.start()
-    other_nc = await nats.connect(nats_server.url)
-    other = await SessionRecords.open(other_nc)
-    bus = Bus(nc, trace.get_tracer("test"))
     alice = RunContext(run_id="r-1", props={"tenant": "acme", "user_id": "alice"})
-    try:
+    await bus.request(
+        subjects.SESSIONS_OPEN, SessionOpen(session_id="s1"), SESSION_OPENED_DECODER, ctx=alice
+    )
+    await history.records.close()  # from here on, history's cache hears of no write
+    await other.delete("acme", "s1")
+    bobs = await other.create(record("bob"))
+    assert bobs is not None
+
+    with pytest.raises(RemoteError) as refused:
         await bus.request(
-            subjects.SESSIONS_OPEN, SessionOpen(session_id="s1"), SESSION_OPENED_DECODER, ctx=alice
+            subjects.HISTORY_APPEND,
+            HistoryAppend(session_id="s1", messages=[], release=True, history_length=7),
+            HISTORY_APPENDED_DECODER,
+            ctx=alice,
         )
-        await history.records.close()  # from here on, history's cache hears of no write
-        await other.delete("acme", "s1")
-        bobs = await other.create(record("bob"))
-        assert bobs is not None
 
-        with pytest.raises(RemoteError) as refused:
-            await bus.request(
-                subjects.HISTORY_APPEND,
-                HistoryAppend(session_id="s1", messages=[], release=True, history_length=7),
-                HISTORY_APPENDED_DECODER,
-                ctx=alice,
-            )
-
-        assert refused.value.remote_code == "not_found"
-        assert await other.get("acme", "s1") == bobs
-    finally:
-        await history.stop()
-        await other.close()
-        await other_nc.drain()
+    assert refused.value.remote_code == "not_found"
+    assert await other.get("acme", "s1") == bobs

@@ -4,10 +4,12 @@ open a run started through the SDK and see its trace link. Screenshots of each s
 the test's tmp dir (and in $RUNBUS_SCREENSHOTS if set)."""
 
 import asyncio
+import contextlib
 import os
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import NamedTuple
 
 import msgspec
 import pytest
@@ -84,6 +86,27 @@ async def shot(page: Page, folder: Path, name: str) -> None:
         shutil.copy(path, Path(keep) / path.name)
 
 
+class Console(NamedTuple):
+    base: str
+    """The ingress's URL, the console at its root."""
+    model: BookingModel
+    screenshots: Path
+
+
+@contextlib.asynccontextmanager
+async def booking_console(nats_server: SecuredNats, tmp_path: Path) -> AsyncIterator[Console]:
+    """The stack with the travel agent on the booking model, and the console in front of it."""
+    model = BookingModel()
+    agents = {"travel": msgspec.structs.replace(load_agents(AGENTS_DIR)["travel"], model="booking")}
+    screenshots = tmp_path / "screenshots"
+    screenshots.mkdir()
+    async with (
+        start_stack(nats_server.url, data_dir=tmp_path, agents=agents, routes={"booking": model}),
+        ingress(nats_server.url, jaeger_url=JAEGER) as (base, _),
+    ):
+        yield Console(base, model, screenshots)
+
+
 async def sign_in(page: Page, base: str, token: str) -> None:
     await page.goto(base)
     await page.fill("#token", token)
@@ -95,14 +118,7 @@ async def sign_in(page: Page, base: str, token: str) -> None:
 async def test_a_person_signs_in_runs_approves_watches_the_answer_and_is_refused_others_runs(
     nats_server: SecuredNats, tmp_path: Path, browser: Browser
 ) -> None:
-    model = BookingModel()
-    agents = {"travel": msgspec.structs.replace(load_agents(AGENTS_DIR)["travel"], model="booking")}
-    screenshots = tmp_path / "screenshots"
-    screenshots.mkdir()
-    async with (
-        start_stack(nats_server.url, data_dir=tmp_path, agents=agents, routes={"booking": model}),
-        ingress(nats_server.url, jaeger_url=JAEGER) as (base, _),
-    ):
+    async with booking_console(nats_server, tmp_path) as (base, model, screenshots):
         page = await browser.new_page(viewport={"width": 1200, "height": 800})
         await sign_in(page, base, "dev-alice")
         await page.fill("#start-form input[name=text]", "Book QF412 in business, please")
@@ -155,13 +171,8 @@ async def test_a_browser_that_did_not_start_a_run_shows_its_trace_link(
     nats_server: SecuredNats, tmp_path: Path, browser: Browser
 ) -> None:
     """The run is started through the SDK, and opened live and again once it has ended."""
-    model = BookingModel()
-    agents = {"travel": msgspec.structs.replace(load_agents(AGENTS_DIR)["travel"], model="booking")}
-    screenshots = tmp_path / "screenshots"
-    screenshots.mkdir()
     async with (
-        start_stack(nats_server.url, data_dir=tmp_path, agents=agents, routes={"booking": model}),
-        ingress(nats_server.url, jaeger_url=JAEGER) as (base, _),
+        booking_console(nats_server, tmp_path) as (base, model, screenshots),
         connect(nats_server.client_url, token="dev-alice") as sdk,
     ):
         run_id, trace_id = await sdk.start_traced(
