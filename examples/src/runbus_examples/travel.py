@@ -173,7 +173,8 @@ def needs_approval(arguments: Mapping[str, Any]) -> str | None:
     return None
 
 
-@tools.tool(side_effect=True, approval=needs_approval, timeout=5.0)
+# Inline: the booking is recorded in memory (a real one would be `async def`, calling an API).
+@tools.tool(side_effect=True, approval=needs_approval, timeout=5.0, inline=True)
 def create_booking(
     flight_id: FlightId,
     user_id: Annotated[str, FromProp("user_id")],
