@@ -19,6 +19,7 @@ from runbus.messages.compaction import (
     TruncationCompaction,
     TurnsExceed,
 )
+from runbus.messages.tools import ToolCatalog
 from runbus_gateway.agents import CompactionPolicy
 from runbus_gateway.catalog import ToolCatalogCache
 from runbus_gateway.compaction_gate import PromptSize, may_compact
@@ -121,15 +122,16 @@ def test_the_prompt_size_never_undercounts_what_compaction_counts_in_bytes() -> 
 
 
 SPEC = ToolSpec(name="get_weather", description="", parameters={"type": "object"})
+CATALOG = ToolCatalog(tools=[SPEC], read_only=["get_weather"])
 
 
 async def test_the_tool_catalogue_is_asked_once_per_agent_and_tenant_until_forgotten() -> None:
     cache = ToolCatalogCache()
     asked: list[str] = []
 
-    async def fetch() -> list[ToolSpec]:
+    async def fetch() -> ToolCatalog:
         asked.append("list")
-        return [SPEC]
+        return CATALOG
 
     key = ("travel", "acme", ("get_weather",))
     first = await cache.get(key, fetch)
@@ -138,7 +140,7 @@ async def test_the_tool_catalogue_is_asked_once_per_agent_and_tenant_until_forgo
     cache.forget("travel", "acme")
     after_forget = await cache.get(key, fetch)
 
-    assert first == again == other_tenant == after_forget == [SPEC]
+    assert first == again == other_tenant == after_forget == CATALOG
     assert asked == ["list"] * 3
 
 
@@ -146,11 +148,11 @@ async def test_an_expired_or_failed_catalogue_is_asked_again() -> None:
     cache = ToolCatalogCache(ttl=0.0)
     asked: list[str] = []
 
-    async def fetch() -> list[ToolSpec]:
+    async def fetch() -> ToolCatalog:
         asked.append("list")
         if len(asked) == 1:
             raise RuntimeError("tool executor down")
-        return [SPEC]
+        return CATALOG
 
     key = ("travel", "acme", ("get_weather",))
     with pytest.raises(RuntimeError):

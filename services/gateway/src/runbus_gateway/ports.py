@@ -44,6 +44,7 @@ from runbus.messages.sessions import (
 from runbus.messages.tools import (
     ApprovalGrant,
     ApprovalRequest,
+    ToolCatalog,
     ToolInvoked,
 )
 from runbus.telemetry import inject, messaging_attributes
@@ -111,14 +112,12 @@ class BusPorts:
         )
         return reply.hits
 
-    async def list_tools(self, ctx: RunContext, names: list[str]) -> list[ToolSpec]:
+    async def list_tools(self, ctx: RunContext, names: list[str]) -> ToolCatalog:
         if not names:
-            return []
+            return ToolCatalog(tools=[])
 
-        async def fetch() -> list[ToolSpec]:
-            request = ToolList(names=names)
-            reply = await self.bus.call(ops.TOOLS_LIST, request, ctx=ctx)
-            return reply.tools
+        async def fetch() -> ToolCatalog:
+            return await self.bus.call(ops.TOOLS_LIST, ToolList(names=names), ctx=ctx)
 
         return await self.catalog.get((ctx.agent, ctx.prop("tenant"), tuple(names)), fetch)
 
