@@ -1,6 +1,7 @@
-"""A followed run's events name the run's trace: live and replayed, from the start or after a
-sequence, the trace id `start_traced` returned and the gateway's spans carry; an event
-published without trace context, or with a malformed one, still arrives, naming none."""
+"""A followed run's events and its record name the run's trace: live and replayed, from the
+start or after a sequence, the trace id `start_traced` returned and the gateway's spans carry;
+an event published without trace context, or with a malformed one, still arrives, naming
+none."""
 
 import asyncio
 from collections.abc import AsyncIterator
@@ -9,9 +10,10 @@ from nats.aio.client import Client as NATS
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import format_trace_id
 
-from runbus import subjects
+from runbus import ops, subjects
 from runbus.client import SequencedEvent, connect
 from runbus.messages import RunCompleted, RunStarted, encode
+from runbus.messages.runs import RunGet
 from runbus_ingress.sse import event_type
 from tests.helpers import eventually
 from tests.stack import SecuredNats, Stack
@@ -32,6 +34,7 @@ async def test_live_and_replayed_events_carry_the_trace_id_of_the_runs_trace(
         followed = await asyncio.wait_for(live, 30)
         replayed = await _collect(client.follow(run_id, timeout=5))
         resumed = await _collect(client.follow(run_id, after=replayed[1].seq, timeout=5))
+        record = (await client.call(ops.API_RUNS_GET, RunGet(run_id=run_id))).record
 
     def run_span_traces() -> set[str]:
         return {
@@ -49,6 +52,7 @@ async def test_live_and_replayed_events_carry_the_trace_id_of_the_runs_trace(
         event_type(i.event) for i in replayed
     }
     assert {i.trace_id for i in followed + replayed} == {trace_id}
+    assert record.trace_id == trace_id  # the run's record names it too, for a later look
 
 
 async def test_an_event_with_no_or_a_malformed_traceparent_arrives_naming_no_trace(

@@ -220,12 +220,15 @@ async def test_a_run_started_through_the_sdk_shows_its_trace_id_to_its_owner_onl
         await read_sse(response)
     async with http.get(f"/v1/runs/{run_id}/events", headers=BOB) as response:
         refused = (*await error_of(response), response.headers.get("Runbus-Trace-Id"))
+    async with http.get(f"/v1/runs/{run_id}", headers=ALICE) as response:
+        record = (response.headers.get("Runbus-Trace-Id"), (await response.json())["trace_id"])
 
     assert headers["Runbus-Run-Id"] == run_id
     assert headers["Runbus-Trace-Id"] == trace_id
     assert resumed_trace == trace_id
     assert as_bus_sees_it(events) == bus_view(bus)
     assert refused == (404, "not_found", None)
+    assert record == (trace_id, trace_id)
 
 
 async def test_cancel_ends_a_running_run_and_its_stream(

@@ -241,6 +241,9 @@ def admit(delivery: Delivery) -> RunRequest:
 
 def _record(request: RunRequest, principal: Principal, attempt: int) -> RunRecord:
     stamp = now()
+    # The span of this delivery continues the request's trace (a redelivery too), so its
+    # trace id is the run's; it is valid even where no span is exported.
+    span = trace.get_current_span().get_span_context()
     return RunRecord(
         run_id=request.run_id,
         agent=request.agent,
@@ -251,4 +254,5 @@ def _record(request: RunRequest, principal: Principal, attempt: int) -> RunRecor
         created_at=stamp,
         updated_at=stamp,
         attempts=attempt,
+        trace_id=trace.format_trace_id(span.trace_id) if span.is_valid else "",
     )

@@ -247,5 +247,8 @@ def task_of_record(record: RunRecord) -> Task:
         task.status.message.CopyFrom(error_message(record.run_id, record.session_id, record.error))
     if record.status == "completed":
         task.artifacts.append(answer(record.text or ""))
-    task.metadata.update({"runbus": {"agent": record.agent, "attempts": record.attempts}})
+    about: dict[str, str | int] = {"agent": record.agent, "attempts": record.attempts}
+    if record.trace_id:
+        about["trace_id"] = record.trace_id
+    task.metadata.update({"runbus": about})
     return task

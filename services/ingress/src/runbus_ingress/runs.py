@@ -114,7 +114,8 @@ async def on_get_run(request: web.Request) -> web.Response:
     run_id = identifier(request, "run_id")
     async with ingress_of(request).client(request) as client:
         info = await client.call(ops.API_RUNS_GET, RunGet(run_id=run_id))
-    return json_response(encode(info.record))
+    headers = {TRACE_ID_HEADER: info.record.trace_id} if info.record.trace_id else None
+    return json_response(encode(info.record), headers=headers)
 
 
 async def on_cancel_run(request: web.Request) -> web.Response:
