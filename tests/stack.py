@@ -15,7 +15,7 @@ from runbus import busauth, subjects
 from runbus.embedded import EmbeddedNats, EmbeddedNatsCluster
 from runbus.service import DEFAULT_OPTIONS, Service, ServiceOptions
 from runbus.telemetry import create_tracer_provider
-from runbus_auth.service import AuthService
+from runbus_auth.service import CREDENTIAL_TTL, AuthService
 from runbus_compaction.service import CompactionService
 from runbus_examples import AGENTS_DIR
 from runbus_examples.models import default_routes
@@ -69,14 +69,17 @@ def service_url(url: str, data_dir: Path) -> str:
 
 @asynccontextmanager
 async def secured_nats(
-    data_dir: Path, verifier: TokenVerifier | None = None
+    data_dir: Path, verifier: TokenVerifier | None = None, *, credential_ttl: float | None = None
 ) -> AsyncIterator[SecuredNats]:
     """`runbus up`'s bus: generated secrets, the auth callout, and the auth service (with
-    the dev tokens unless `verifier` says otherwise)."""
+    the dev tokens unless `verifier` says otherwise, and the default lifetime of the users it
+    issues unless `credential_ttl` does)."""
     secrets = busauth.StackSecrets.load_or_create(data_dir)
     config = busauth.write_server_config(data_dir, secrets)
     with EmbeddedNats(data_dir / "jetstream", config_file=config) as server:
-        async with answering_the_callout(server.url, secrets, verifier) as auth:
+        async with answering_the_callout(
+            server.url, secrets, verifier, credential_ttl=credential_ttl
+        ) as auth:
             yield SecuredNats(server=server, secrets=secrets, auth=auth, client_url=server.url)
 
 
@@ -86,6 +89,8 @@ async def answering_the_callout(
     secrets: busauth.StackSecrets,
     verifier: TokenVerifier | None = None,
     connect_options: Mapping[str, Any] | None = None,
+    *,
+    credential_ttl: float | None = None,
 ) -> AsyncIterator[AuthService]:
     """The auth service on its own connection (any node of a cluster will do: the callout
     requests of every node reach it over the routes)."""
@@ -97,7 +102,10 @@ async def answering_the_callout(
         **(connect_options or {}),
     )
     auth = AuthService(
-        nc, verifier=verifier or TokenVerifier.from_file(), issuer_seed=secrets.issuer_seed
+        nc,
+        verifier=verifier or TokenVerifier.from_file(),
+        issuer_seed=secrets.issuer_seed,
+        credential_ttl=credential_ttl or CREDENTIAL_TTL,
     )
     await auth.start()
     try:

@@ -1,16 +1,21 @@
-"""The auth callout's pure parts: what a user may do on the bus, and the JWTs it signs."""
+"""The auth callout's pure parts: what a user may do on the bus, the JWTs it signs and how long
+the users it issues live."""
 
 import base64
 import json
+from pathlib import Path
 
 import nkeys
 
 from runbus import busauth
+from runbus.settings import load_settings
 from runbus.tokens import Principal, token_digest
 from runbus_auth import jwt
 from runbus_auth.permissions import client_permissions
+from runbus_auth.service import AuthService
 
-ISSUER = nkeys.from_seed(bytearray(nkeys.encode_seed(bytes(32), nkeys.PREFIX_BYTE_ACCOUNT)))
+SEED = nkeys.encode_seed(bytes(32), nkeys.PREFIX_BYTE_ACCOUNT)
+ISSUER = nkeys.from_seed(bytearray(SEED))
 
 
 def _claims(token: str) -> dict[str, object]:
@@ -103,3 +108,21 @@ def test_the_servers_request_is_read_for_its_token_and_keys() -> None:
     assert request.nats.connect_opts.auth_token == "dev-alice"
     assert request.nats.user_nkey == "UABC"
     assert request.nats.server_id.id == "NSERVER"
+
+
+def test_an_issued_user_lives_the_credential_ttl_at_least_and_never_past_its_token() -> None:
+    # Whole seconds, rounded up: a user issued at 100.2 with a TTL of 2 lives until 103.
+    assert jwt.user_expiry(100.2, 2, None) == 103
+    assert jwt.user_expiry(100.0, 300, None) == 400
+    assert jwt.user_expiry(100.0, 300, 250.0) == 250
+
+
+def test_the_credential_ttl_setting_reaches_the_callout(tmp_path: Path) -> None:
+    settings = load_settings(
+        {"RUNBUS_CLIENT_CREDENTIAL_TTL": "42", "RUNBUS_DATA_DIR": str(tmp_path)}
+    )
+
+    auth = AuthService.from_settings(None, settings, None)  # type: ignore[arg-type]
+
+    assert auth.credential_ttl == 42
+    assert AuthService(None, verifier=auth.verifier, issuer_seed=SEED).credential_ttl == 300  # type: ignore[arg-type]

@@ -17,6 +17,8 @@ def test_no_runbus_variables_give_the_documented_defaults() -> None:
     assert settings.tool_modules == ""
     assert settings.agents_dir is None
     assert settings.model_backends == ""
+    # An open connection outlives the removal of its token by at most this many seconds.
+    assert settings.client_credential_ttl == 300
 
 
 def test_variables_are_converted_to_their_field_types() -> None:
@@ -28,6 +30,7 @@ def test_variables_are_converted_to_their_field_types() -> None:
             "RUNBUS_RUN_CONCURRENCY": "8",
             "RUNBUS_RUN_TIMEOUT": "2.5",
             "RUNBUS_REQUEST_TIMEOUT": "1",
+            "RUNBUS_CLIENT_CREDENTIAL_TTL": "60",
         }
     )
 
@@ -37,6 +40,7 @@ def test_variables_are_converted_to_their_field_types() -> None:
     assert settings.run_concurrency == 8
     assert settings.run_timeout == 2.5
     assert settings.request_timeout == 1.0
+    assert settings.client_credential_ttl == 60
 
 
 @pytest.mark.parametrize("variable", ["RUNBUS_NATS_URI", "RUNBUS_DATA_PATH", "RUNBUS_"])
@@ -58,6 +62,9 @@ def test_an_unknown_runbus_variable_stops_start_naming_it(variable: str) -> None
         ("RUNBUS_REQUEST_TIMEOUT", "0"),
         ("RUNBUS_LOG_LEVEL", "loud"),
         ("RUNBUS_LOG_FORMAT", "xml"),
+        ("RUNBUS_CLIENT_CREDENTIAL_TTL", "0"),
+        ("RUNBUS_CLIENT_CREDENTIAL_TTL", "-300"),
+        ("RUNBUS_CLIENT_CREDENTIAL_TTL", "5m"),
     ],
 )
 def test_a_bad_value_stops_start_naming_the_variable(variable: str, value: str) -> None:

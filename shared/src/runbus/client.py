@@ -34,6 +34,7 @@ from opentelemetry.trace import SpanKind
 from . import blobs, ops, subjects
 from . import headers as h
 from .errors import Conflict, DeadlineExceeded, RemoteError, Unauthenticated, Unavailable
+from .expiring_user import ExpiringUserConnection
 from .messages import (
     ChatMessage,
     RunCompleted,
@@ -417,7 +418,8 @@ async def open_connection(
     """A NATS connection that presents `token` and uses that token's inbox prefix.
 
     A token the bus refuses raises `Unauthenticated` at once (nats-py alone would retry it
-    forever); no server within `patience` seconds raises `Unavailable`.
+    forever); no server within `patience` seconds raises `Unavailable`. When the user the bus
+    issued for the token expires, the connection reconnects (`ExpiringUserConnection`).
     """
     servers = [url] if isinstance(url, str) else url
     servers = [part.strip() for item in servers for part in item.split(",") if part.strip()]
@@ -430,7 +432,7 @@ async def open_connection(
         if also is not None:
             await also(exc)
 
-    nc = NATS()
+    nc = ExpiringUserConnection()
     connecting = asyncio.ensure_future(
         nc.connect(
             servers,
@@ -476,4 +478,9 @@ async def connect(
     try:
         yield RunbusClient(nc, token=token)
     finally:
-        await nc.drain()
+        if nc.is_connected:
+            await nc.drain()
+        else:
+            # Reconnecting (the server is gone, or the bus refuses the token since its user
+            # expired): nothing can be drained, and nats-py refuses to try.
+            await nc.close()

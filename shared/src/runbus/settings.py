@@ -47,7 +47,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     """Credential the CLI and client connect to NATS with and send as `rb-auth: Bearer
     <token>`."""
     tokens_file: str | None = None
-    """Gateway: TOML file of token → user_id, tenant (default: the packaged dev tokens)."""
+    """Gateway and auth: TOML file of token → user_id, tenant (default: the packaged dev
+    tokens); a change to it is picked up within about a second, without a restart."""
+    client_credential_ttl: Annotated[int, msgspec.Meta(ge=1)] = 300
+    """Auth: seconds the NATS user issued to a client connection lives. The server then drops
+    the connection and the client reconnects through the callout, so this is the longest an
+    open connection outlives the removal of its token; each client reconnects this often."""
     agents_dir: str | None = None
     """Gateway: folder of agent TOML files (default: none; `runbus up` uses the examples')."""
     run_concurrency: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 64

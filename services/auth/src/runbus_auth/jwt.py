@@ -6,6 +6,7 @@ header and claims, an ed25519 signature of `header.claims` by the issuer's nkey.
 """
 
 import base64
+import math
 import time
 import uuid
 from typing import Final, Literal
@@ -115,6 +116,13 @@ def sign(claims: msgspec.Struct, issuer: nkeys.KeyPair) -> str:
 
 def jti() -> str:
     return uuid.uuid4().hex
+
+
+def user_expiry(now: float, ttl: float, token_expires: float | None) -> int:
+    """When a user issued at `now` expires (a JWT's `exp`, whole seconds): `ttl` seconds on,
+    rounded up so it lives at least that long, and never after its token expires."""
+    expires = math.ceil(now + ttl)
+    return expires if token_expires is None else min(expires, int(token_expires))
 
 
 def user_jwt(

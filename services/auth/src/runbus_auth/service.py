@@ -26,9 +26,10 @@ from runbus.tokens import TokenVerifier, token_digest
 from . import jwt
 from .permissions import client_permissions
 
-USER_TTL: Final = 3600
-"""Seconds an issued NATS user lives; the server then disconnects the client, which connects
-again through the callout (so a removed or expired token stops working within this time)."""
+CREDENTIAL_TTL: Final = Settings().client_credential_ttl
+"""Seconds an issued NATS user lives (`RUNBUS_CLIENT_CREDENTIAL_TTL`); the server then
+disconnects the client, which connects again through the callout: so a removed or expired
+token loses its open connections within this time."""
 
 
 def _issuer_seed(settings: Settings) -> bytes:
@@ -59,12 +60,14 @@ class AuthService(Service):
         verifier: TokenVerifier,
         issuer_seed: bytes,
         account: str = busauth.CLIENT_ACCOUNT,
+        credential_ttl: float = CREDENTIAL_TTL,
         options: ServiceOptions = DEFAULT_OPTIONS,
     ) -> None:
         super().__init__(nc, options=options)
         self.verifier = verifier
         self.issuer = nkeys.from_seed(bytearray(issuer_seed))
         self.account = account
+        self.credential_ttl = credential_ttl
         self._callout: Subscription | None = None
 
     @classmethod
@@ -75,6 +78,7 @@ class AuthService(Service):
                 Path(settings.tokens_file) if settings.tokens_file else None
             ),
             issuer_seed=_issuer_seed(settings),
+            credential_ttl=settings.client_credential_ttl,
             options=ServiceOptions(tracer_provider=tracer_provider),
         )
 
@@ -122,16 +126,13 @@ class AuthService(Service):
             )
             await msg.respond(jwt.response(request, self.issuer, error=exc.message))
             return
-        expires = int(time.time()) + USER_TTL
-        if principal.expires is not None:
-            expires = min(expires, int(principal.expires))
         user = jwt.user_jwt(
             issuer=self.issuer,
             user_nkey=request.nats.user_nkey,
             account=self.account,
             name=f"{principal.tenant}/{principal.user_id}",
             permissions=client_permissions(principal, token_digest(token)),
-            expires=expires,
+            expires=jwt.user_expiry(time.time(), self.credential_ttl, principal.expires),
         )
         self.log.info(
             "connection_authorized",
