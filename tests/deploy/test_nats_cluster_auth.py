@@ -9,8 +9,9 @@ import re
 import socket
 import subprocess
 import urllib.request
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Final
 
@@ -92,16 +93,19 @@ class DeployedCluster:
     root: Path
 
 
-@pytest.fixture
-def deployed(tmp_path: Path) -> Iterator[DeployedCluster]:
-    stack = busauth.StackSecrets.load_or_create(tmp_path / "compose")
-    env = read_env(busauth.write_deploy_env(tmp_path / "compose", stack))
+START_ATTEMPTS: Final = 3
+"""A port picked free can be taken by another process before its node binds it (the node then
+exits): the cluster is started again on new ports, this often at most."""
+
+
+def start_nodes(root: Path, env: dict[str, str]) -> list[DeployedNode]:
+    """The three nodes, each with its config under `root`, on ports picked now."""
     route_ports = [free_port() for _ in range(NODES)]
     nodes: list[DeployedNode] = []
     try:
         for index in range(NODES):
-            folder = tmp_path / f"nats-{index + 1}"
-            folder.mkdir()
+            folder = root / f"nats-{index + 1}"
+            folder.mkdir(parents=True)
             (folder / "auth.conf").write_text((NATS_CONFIGS / "auth.conf").read_text())
             client_port, http_port = free_port(), free_port()
             text = (NATS_CONFIGS / "cluster.conf").read_text()
@@ -117,22 +121,51 @@ def deployed(tmp_path: Path) -> Iterator[DeployedCluster]:
                     stdout=log,
                     stderr=log,
                 )
-            node = DeployedNode(process, client_port, http_port, route_ports[index])
-            nodes.append(node)
+            nodes.append(DeployedNode(process, client_port, http_port, route_ports[index]))
+    except BaseException:
+        stop_nodes(nodes)
+        raise
+    return nodes
+
+
+def settled(nodes: list[DeployedNode]) -> bool:
+    """Every node healthy, or one gone (it could not bind its ports)."""
+    return any(n.process.poll() is not None for n in nodes) or all(n.healthy() for n in nodes)
+
+
+def stop_nodes(nodes: list[DeployedNode]) -> None:
+    for node in nodes:
+        node.process.terminate()
+    for node in nodes:
+        node.process.wait(timeout=10)
+
+
+@pytest.fixture
+async def deployed(tmp_path: Path) -> AsyncIterator[DeployedCluster]:
+    """The three nodes once every one is healthy (it serves JetStream with a meta leader)."""
+    stack = busauth.StackSecrets.load_or_create(tmp_path / "compose")
+    env = read_env(busauth.write_deploy_env(tmp_path / "compose", stack))
+    for attempt in range(1, START_ATTEMPTS + 1):
+        nodes = start_nodes(tmp_path / f"start-{attempt}", env)
+        try:
+            await eventually(partial(settled, nodes), 30, what="every node healthy, or one gone")
+        except BaseException:
+            stop_nodes(nodes)
+            raise
+        if all(n.process.poll() is None for n in nodes):
+            break
+        stop_nodes(nodes)
+        if attempt == START_ATTEMPTS:
+            pytest.fail(f"a node exited at start {START_ATTEMPTS} times (see {tmp_path})")
+    try:
         yield DeployedCluster(nodes=nodes, env=env, root=tmp_path)
     finally:
-        for node in nodes:
-            node.process.terminate()
-        for node in nodes:
-            node.process.wait(timeout=10)
+        stop_nodes(nodes)
 
 
 @pytest.fixture
 async def answered(deployed: DeployedCluster) -> AsyncIterator[DeployedCluster]:
-    """The cluster once every node is healthy, the auth service answering on node 1."""
-    await eventually(
-        lambda: all(node.healthy() for node in deployed.nodes), 30, what="every node healthy"
-    )
+    """The cluster with the auth service answering on node 1."""
     nc = await nats.connect(
         deployed.nodes[0].url,
         user=busauth.AUTH_USER,
