@@ -115,7 +115,7 @@ async def assemble(
     if agent.memory.offers_tool:
         tools = [*tools, MEMORY_SEARCH_TOOL]
         read_only.add(MEMORY_SEARCH_TOOL.name)
-    tools = [*tools, *harness.tools]  # the harness's own change the session's state
+    tools = [*tools, *harness.tools]  # never read-only: they change the session's state
     state = SessionState(ports, ctx, opened.record)
     own = message_id(ctx.run_id, "")
     earlier = [m for m in opened.messages if not m.message_id.startswith(own)]
