@@ -24,10 +24,11 @@ class Checkpointer:
     What is added waits for the next `flush()` — which the loop awaits before a step's tool
     calls run when one of them changes things, so the calls are stored before anything acts on
     them (`start()` when none does) — or for `close()` at the end, which also releases the
-    session. A step's tool results therefore travel with the next step's model reply. Results that must not wait (`urgent`: tools run inside the gateway,
-    whose effects are not recorded by call id) start a background append at once; the others
-    came from the tool executor, which records each call's result under its call id, so a run
-    resumed before they were stored gets the recorded results again, nothing acts twice.
+    session. A step's tool results therefore travel with the next step's model reply. Results
+    that must not wait (`urgent`: tools run inside the gateway, whose effects are not recorded
+    by call id) start a background append at once; the others came from the tool executor,
+    which records each call's result under its call id, so a run resumed before they were
+    stored gets the recorded results again, nothing acts twice.
     """
 
     def __init__(self, ports: RunPorts, ctx: RunContext) -> None:
