@@ -349,3 +349,33 @@ async def test_over_http_a_removed_token_is_refused_on_its_open_connection_and_a
             assert len(connections) == 0
             assert await status() == 401
             assert connections.opened == 1
+
+
+async def test_over_http_a_removed_token_whose_idle_connection_lost_its_user_is_refused_at_once(
+    tmp_path: Path,
+) -> None:
+    async with deployed(tmp_path, credential_ttl=TTL) as deployment:
+        connections = UserConnections(deployment.bus.client_url, idle_timeout=60)
+        # Far below the bus's request timeout: a request left waiting on a connection without
+        # a server fails here instead of answering.
+        timeout = aiohttp.ClientTimeout(total=10)
+        async with (
+            listening(deployment.bus.client_url, "127.0.0.1", 0, connections=connections) as base,
+            aiohttp.ClientSession(base, timeout=timeout) as http,
+        ):
+            bob = {"Authorization": "Bearer t-bob"}
+            async with http.get("/v1/agents", headers=bob) as response:
+                assert response.status == 200
+
+            deployment.revoke("t-bob")
+            # Bob asks nothing until his idle connection's user has expired and the callout
+            # has refused its reconnect.
+            await eventually(
+                lambda: connections.connected("t-bob") is False,
+                TTL + 1 + SCHEDULING,
+                what="bob's connection without a server",
+            )
+            async with http.get("/v1/agents", headers=bob) as response:
+                refused = (response.status, (await response.json())["error"]["code"])
+
+        assert refused == (401, "unauthenticated")

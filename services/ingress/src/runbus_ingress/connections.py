@@ -65,6 +65,11 @@ class UserConnections:
     def __len__(self) -> int:
         return len(self._open)
 
+    def connected(self, token: str) -> bool | None:
+        """Whether the user's open connection has a server now; None when there is none."""
+        connection = self._open.get(token)
+        return None if connection is None else connection.client.nc.is_connected
+
     async def start(self) -> None:
         self._sweeper = asyncio.create_task(self._sweep(), name="ingress-idle-sweeper")
 
@@ -100,6 +105,16 @@ class UserConnections:
 
     async def _get(self, token: str) -> _Connection:
         connection = self._open.get(token)
+        if (
+            connection is not None
+            and connection.leases == 0
+            and not connection.client.nc.is_connected
+        ):
+            # Without a server (its user expired and the callout refuses the token now, or
+            # the bus is away): a request would wait out its timeout on it. A new connection
+            # answers at once, refused (401) or served.
+            await self._close(token)
+            connection = None
         if connection is not None:
             connection.last_used = time.monotonic()
             return connection
