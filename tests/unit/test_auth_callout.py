@@ -3,6 +3,7 @@ the users it issues live."""
 
 import base64
 import json
+import random
 from pathlib import Path
 
 import nkeys
@@ -115,6 +116,14 @@ def test_an_issued_user_lives_the_credential_ttl_at_least_and_never_past_its_tok
     assert jwt.user_expiry(100.2, 2, None) == 103
     assert jwt.user_expiry(100.0, 300, None) == 400
     assert jwt.user_expiry(100.0, 300, 250.0) == 250
+
+
+def test_issued_users_live_between_nine_tenths_of_the_ttl_and_the_ttl_spread_apart() -> None:
+    draw = random.Random(7).uniform
+    lifetimes = [jwt.lifetime(300, draw) for _ in range(200)]
+
+    assert all(270 <= t <= 300 for t in lifetimes)
+    assert max(lifetimes) - min(lifetimes) > 20  # spread, not all in the same second
 
 
 def test_the_credential_ttl_setting_reaches_the_callout(tmp_path: Path) -> None:

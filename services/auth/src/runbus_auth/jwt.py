@@ -7,8 +7,10 @@ header and claims, an ed25519 signature of `header.claims` by the issuer's nkey.
 
 import base64
 import math
+import random
 import time
 import uuid
+from collections.abc import Callable
 from typing import Final, Literal
 
 import msgspec
@@ -116,6 +118,18 @@ def sign(claims: msgspec.Struct, issuer: nkeys.KeyPair) -> str:
 
 def jti() -> str:
     return uuid.uuid4().hex
+
+
+LIFETIME_SPREAD: Final = 0.1
+"""An issued user lives between 90 % and 100 % of the TTL, drawn per connection: clients that
+connected in the same second (after NATS restarted) do not all come back through the callout
+in the same second every TTL, ever after."""
+
+
+def lifetime(ttl: float, draw: Callable[[float, float], float] = random.uniform) -> float:
+    """Seconds one issued user lives: `ttl` shortened by up to `LIFETIME_SPREAD` of it (never
+    lengthened: the TTL stays the longest a revoked token's connection lives on)."""
+    return ttl * draw(1 - LIFETIME_SPREAD, 1.0)
 
 
 def user_expiry(now: float, ttl: float, token_expires: float | None) -> int:

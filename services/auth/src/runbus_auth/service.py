@@ -132,7 +132,9 @@ class AuthService(Service):
             account=self.account,
             name=f"{principal.tenant}/{principal.user_id}",
             permissions=client_permissions(principal, token_digest(token)),
-            expires=jwt.user_expiry(time.time(), self.credential_ttl, principal.expires),
+            expires=jwt.user_expiry(
+                time.time(), jwt.lifetime(self.credential_ttl), principal.expires
+            ),
         )
         self.log.info(
             "connection_authorized",
