@@ -425,6 +425,20 @@ def test_each_service_has_a_deployment_that_runs_it_with_requests_and_limits() -
         assert selector.items() <= spec["template"]["metadata"]["labels"].items()
 
 
+def test_the_gateway_and_auth_mount_the_token_secret_as_a_volume_they_can_follow() -> None:
+    # Both verify tokens and follow the file as it changes: a Secret volume is updated in
+    # place (by a swap of its links); a subPath mount never is.
+    deployments = k8s_objects("Deployment")
+    for service in ("gateway", "auth"):
+        pod = deployments[k8s_name(service)]["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        mounts = [m for m in container["volumeMounts"] if m["name"] == "tokens"]
+
+        assert volumes["tokens"]["secret"] == {"secretName": "runbus-tokens", "optional": True}
+        assert mounts == [{"name": "tokens", "mountPath": "/etc/runbus/tokens", "readOnly": True}]
+
+
 def test_autoscalers_own_the_replica_count_of_gateway_and_tool_executor() -> None:
     autoscalers = k8s_objects("HorizontalPodAutoscaler")
     deployments = k8s_objects("Deployment")
