@@ -15,6 +15,7 @@ from typing import Final
 
 import nats.errors
 from nats.aio.client import Client as NATS
+from nats.aio.client import Srv
 
 USER_EXPIRED: Final = "user authentication expired"
 """How nats-server's error says it, lower-cased."""
@@ -29,7 +30,17 @@ class UserExpiredError(nats.errors.Error):
 
 class ExpiringUserConnection(NATS):
     """A nats-py client that treats its user's expiry as a lost connection: it reconnects
-    (through the auth callout) and tells its error callback, where nats-py would close."""
+    (through the auth callout) and tells its error callback, where nats-py would close; and
+    closes the socket of each reconnect attempt that failed."""
+
+    async def _connect_to_server(self, s: Srv) -> None:
+        # nats-py opens each reconnect attempt's socket on the same transport object and
+        # drops the previous attempt's socket unclosed: every refused attempt (a removed
+        # token's: by default every 2 s, 60 times) would leave a socket to the garbage
+        # collector, which warns of each one it finds.
+        if self._transport is not None:
+            self._transport.close()  # type: ignore[no-untyped-call]
+        await super()._connect_to_server(s)
 
     async def _process_err(self, err_msg: str) -> None:
         if USER_EXPIRED not in err_msg.lower():
