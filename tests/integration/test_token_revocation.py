@@ -11,8 +11,9 @@ real nats-server with the real auth callout and gateway, and no process is resta
 """
 
 import asyncio
+import gc
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,26 @@ from runbus_ingress.connections import UserConnections
 from runbus_ingress.server import listening
 from tests.helpers import TERMINAL, eventually
 from tests.stack import SecuredNats, secured_nats, start_stack
+
+
+@pytest.fixture(autouse=True)
+def sockets_of_refused_reconnects_closed() -> Iterator[None]:
+    """Closes, after each test, the sockets a refused client's reconnects left open.
+
+    A connection whose token was removed keeps reconnecting and being refused. nats-py opens
+    each attempt under `asyncio.wait_for`, which on Python 3.11 can drop a socket that had just
+    opened when the attempt is cancelled (the client closed meanwhile). The event loop keeps
+    such a socket until it closes, at the end of the session, where its ResourceWarning
+    failed the whole run. The peer of each has hung up by now (the test's NATS server is
+    gone); a socket some other test still uses has not, and is left alone.
+    """
+    yield
+    for transport in [o for o in gc.get_objects() if isinstance(o, asyncio.Transport)]:
+        protocol = transport.get_protocol()
+        reader = getattr(protocol, "_stream_reader", None)
+        if not transport.is_closing() and reader is not None and reader.at_eof():
+            transport.close()
+
 
 USERS: Final = {"t-alice": ("alice", "acme"), "t-bob": ("bob", "acme")}
 RELOADED: Final = 10.0
