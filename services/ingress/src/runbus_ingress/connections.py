@@ -113,7 +113,7 @@ class UserConnections:
             # Without a server (its user expired and the callout refuses the token now, or
             # the bus is away): a request would wait out its timeout on it. A new connection
             # answers at once, refused (401) or served.
-            await self._close(token)
+            self._set_aside(token)
             connection = None
         if connection is not None:
             connection.last_used = time.monotonic()
@@ -151,7 +151,11 @@ class UserConnections:
                 f"the ingress has {self.max_connections} users' requests in flight; retry soon"
             )
         _, token = min(idle)
-        # Closed beside the request that needs the room, not before it.
+        self._set_aside(token)
+
+    def _set_aside(self, token: str) -> None:
+        """Take `token`'s connection out of use, closed beside the request that goes on
+        rather than before it."""
         closing = asyncio.create_task(self._shut(self._open.pop(token)))
         self._closing.add(closing)
         closing.add_done_callback(self._closing.discard)
