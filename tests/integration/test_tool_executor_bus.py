@@ -149,17 +149,6 @@ async def listed(nc: NATS, names: list[str] | None, ctx: RunContext = ALICE) -> 
     return {t.name: t.parameters for t in TOOL_CATALOG_DECODER.decode(reply.data).tools}
 
 
-async def test_the_catalog_tells_which_tools_change_nothing(start: Start, nc: NATS) -> None:
-    await start(travel)
-
-    names = ["get_weather", "create_booking", "search_flights"]
-    reply = await ask(nc, subjects.TOOLS_LIST, encode(ToolList(names=names)), ALICE)
-    catalog = TOOL_CATALOG_DECODER.decode(reply.data)
-
-    assert [t.name for t in catalog.tools] == names
-    assert sorted(catalog.read_only) == ["get_weather", "search_flights"]
-
-
 def handled(service: ToolExecutorService) -> int:
     assert service._micro is not None
     return sum(e.num_requests for e in service._micro.stats().endpoints if e.name != "list")

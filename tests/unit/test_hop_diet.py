@@ -19,7 +19,6 @@ from runbus.messages.compaction import (
     TruncationCompaction,
     TurnsExceed,
 )
-from runbus.messages.tools import ToolCatalog
 from runbus_gateway.agents import CompactionPolicy
 from runbus_gateway.catalog import ToolCatalogCache
 from runbus_gateway.compaction_gate import PromptSize, may_compact
@@ -122,16 +121,15 @@ def test_the_prompt_size_never_undercounts_what_compaction_counts_in_bytes() -> 
 
 
 SPEC = ToolSpec(name="get_weather", description="", parameters={"type": "object"})
-CATALOG = ToolCatalog(tools=[SPEC], read_only=["get_weather"])
 
 
 async def test_the_tool_catalogue_is_asked_once_per_agent_and_tenant_until_forgotten() -> None:
     cache = ToolCatalogCache()
     asked: list[str] = []
 
-    async def fetch() -> ToolCatalog:
+    async def fetch() -> list[ToolSpec]:
         asked.append("list")
-        return CATALOG
+        return [SPEC]
 
     key = ("travel", "acme", ("get_weather",))
     first = await cache.get(key, fetch)
@@ -140,7 +138,7 @@ async def test_the_tool_catalogue_is_asked_once_per_agent_and_tenant_until_forgo
     cache.forget("travel", "acme")
     after_forget = await cache.get(key, fetch)
 
-    assert first == again == other_tenant == after_forget == CATALOG
+    assert first == again == other_tenant == after_forget == [SPEC]
     assert asked == ["list"] * 3
 
 
@@ -148,11 +146,11 @@ async def test_an_expired_or_failed_catalogue_is_asked_again() -> None:
     cache = ToolCatalogCache(ttl=0.0)
     asked: list[str] = []
 
-    async def fetch() -> ToolCatalog:
+    async def fetch() -> list[ToolSpec]:
         asked.append("list")
         if len(asked) == 1:
             raise RuntimeError("tool executor down")
-        return CATALOG
+        return [SPEC]
 
     key = ("travel", "acme", ("get_weather",))
     with pytest.raises(RuntimeError):

@@ -5,7 +5,7 @@
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Collection, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -34,7 +34,7 @@ from runbus.messages.compaction import CompactResult
 from runbus.messages.history import HistoryCompaction
 from runbus.messages.memory import SearchScope
 from runbus.messages.sessions import ConcurrencyPolicy, SessionOpened, SessionRecord
-from runbus.messages.tools import ApprovalGrant, ApprovalRequest, ToolCatalog, ToolInvoked
+from runbus.messages.tools import ApprovalGrant, ApprovalRequest, ToolInvoked
 from runbus_gateway.agents import AgentSpec, CompactionPolicy, MemoryPolicy
 from runbus_gateway.errors import MaxIterationsExceeded, TooManyToolCalls
 from runbus_gateway.loop import RunPorts, execute_run
@@ -112,10 +112,8 @@ class RecordingPorts:
         tool: Callable[[FunctionCallContent], Any] | None = None,
         append_delay: float = 0.0,
         append_error: Exception | None = None,
-        read_only: Collection[str] = (),
     ) -> None:
         self.replies = iter(replies)
-        self.read_only = list(read_only)
         self.history = history or []
         self.hits = hits or []
         self.compactor = compactor or list
@@ -179,13 +177,10 @@ class RecordingPorts:
         self.searches.append((query, policy.search_scope, policy.limit))
         return list(self.hits)
 
-    async def list_tools(self, ctx: RunContext, names: list[str]) -> ToolCatalog:
+    async def list_tools(self, ctx: RunContext, names: list[str]) -> list[ToolSpec]:
         self.hops.append("list_tools")
         self.listed.append(list(names))
-        return ToolCatalog(
-            tools=[s for s in SPECS if s.name in names],
-            read_only=[n for n in self.read_only if n in names],
-        )
+        return [s for s in SPECS if s.name in names]
 
     async def compact(
         self, ctx: RunContext, messages: list[ChatMessage], policy: CompactionPolicy
@@ -687,73 +682,6 @@ async def test_a_run_that_fails_half_way_has_saved_its_steps_when_the_failure_su
     assert ids(ports.appended) == [f"{RUN_ID}:in0", f"{RUN_ID}:m0", f"{RUN_ID}:t0"]
 
 
-class HeldCheckpointPorts(RecordingPorts):
-    """Holds the append that stores a step's calls until `release` is set."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.release = asyncio.Event()
-
-    async def append_history(
-        self, ctx: RunContext, messages: list[ChatMessage], **kwargs: Any
-    ) -> int | None:
-        if any(m.function_calls for m in messages):
-            await self.release.wait()
-        return await super().append_history(ctx, messages, **kwargs)
-
-
-async def test_tools_that_change_nothing_run_while_the_checkpoint_of_their_calls_is_stored() -> (
-    None
-):
-    saved_when_called: list[list[str]] = []
-
-    def tool(call: FunctionCallContent) -> str:
-        saved_when_called.append(ids(ports.appended))
-        ports.release.set()  # the checkpoint can only end after the tool has run
-        return "sunny"
-
-    ports = HeldCheckpointPorts([weather(), said("Sunny.")], tool=tool, read_only=["get_weather"])
-
-    async with asyncio.timeout(10):  # bounds a regression that waits for the checkpoint first
-        completed = await run(ports)
-
-    assert saved_when_called == [[]]
-    assert ids(ports.appended) == [f"{RUN_ID}:in0", *ids(completed.response)]
-
-
-async def test_a_step_with_a_tool_that_changes_things_stores_its_calls_before_any_runs() -> None:
-    saved_when_called: list[list[str]] = []
-
-    def tool(call: FunctionCallContent) -> str:
-        saved_when_called.append(ids(ports.appended))
-        return "done"
-
-    both = asks(("get_weather", {"city": "Sydney"}), ("search_flights", {"origin": "SYD"}))
-    ports = HeldCheckpointPorts([both, said("Booked.")], tool=tool, read_only=["get_weather"])
-    ports.release.set()
-
-    await run(ports)
-
-    assert saved_when_called == [[f"{RUN_ID}:in0", f"{RUN_ID}:m0"]] * 2
-
-
-async def test_a_checkpoint_that_fails_while_tools_that_change_nothing_run_fails_the_run() -> None:
-    class LosesTheCalls(RecordingPorts):
-        async def append_history(
-            self, ctx: RunContext, messages: list[ChatMessage], **kwargs: Any
-        ) -> int | None:
-            if any(m.function_calls for m in messages):
-                raise Unavailable("history is down")
-            return await super().append_history(ctx, messages, **kwargs)
-
-    ports = LosesTheCalls([weather(), said("Sunny.")], read_only=["get_weather"])
-
-    with pytest.raises(Unavailable):
-        await run(ports)
-
-    assert f"{RUN_ID}:m1" not in ids(ports.appended)  # nothing is stored after the lost step
-
-
 async def test_an_agent_without_a_compaction_policy_makes_no_compaction_hop() -> None:
     ports = RecordingPorts([weather(), said("Sunny.")])
     plain = msgspec.structs.replace(AGENT, compaction=CompactionPolicy())
@@ -799,7 +727,7 @@ class FailingPorts(RecordingPorts):
         self._maybe_fail("search_memory")
         return await super().search_memory(ctx, query, policy)
 
-    async def list_tools(self, ctx: RunContext, names: list[str]) -> ToolCatalog:
+    async def list_tools(self, ctx: RunContext, names: list[str]) -> list[ToolSpec]:
         self._maybe_fail("list_tools")
         return await super().list_tools(ctx, names)
 

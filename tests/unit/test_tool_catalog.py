@@ -31,7 +31,7 @@ GLOBEX_FINANCE = RunContext(agent="finance", props={"tenant": "globex"})
 
 
 async def names(requested: list[str] | None, ctx: RunContext) -> list[str]:
-    return [entry.spec.name for entry in await select(registry.tools, None, requested, ctx)]
+    return [spec.name for spec in await select(registry.tools, None, requested, ctx)]
 
 
 async def test_all_tools_are_listed_by_name_when_none_are_asked_for() -> None:

@@ -5,7 +5,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Final
 
-from runbus.messages.tools import ToolCatalog
+from runbus.messages import ToolSpec
 
 CATALOG_TTL: Final = 30.0
 """Seconds a catalogue is reused: a tool deployed or removed shows up within this; a call to a
@@ -18,19 +18,19 @@ CatalogKey = tuple[str, str, tuple[str, ...]]
 class ToolCatalogCache:
     def __init__(self, ttl: float = CATALOG_TTL) -> None:
         self.ttl = ttl
-        self._entries: dict[CatalogKey, tuple[float, ToolCatalog]] = {}
+        self._entries: dict[CatalogKey, tuple[float, list[ToolSpec]]] = {}
 
     async def get(
-        self, key: CatalogKey, fetch: Callable[[], Awaitable[ToolCatalog]]
-    ) -> ToolCatalog:
+        self, key: CatalogKey, fetch: Callable[[], Awaitable[list[ToolSpec]]]
+    ) -> list[ToolSpec]:
         """The cached catalogue, or a fresh one (a failed fetch is never cached)."""
         now = time.monotonic()
         found = self._entries.get(key)
         if found is not None and found[0] > now:
             return found[1]
-        catalog = await fetch()
-        self._entries[key] = (now + self.ttl, catalog)
-        return catalog
+        tools = await fetch()
+        self._entries[key] = (now + self.ttl, tools)
+        return tools
 
     def forget(self, agent: str, tenant: str) -> None:
         """Ask again next time: the executor refused a tool this catalogue offered."""

@@ -22,13 +22,12 @@ class Checkpointer:
     """Saves a run's new messages to history: one append per step, not one per message.
 
     What is added waits for the next `flush()` — which the loop awaits before a step's tool
-    calls run when one of them changes things, so the calls are stored before anything acts on
-    them (`start()` when none does) — or for `close()` at the end, which also releases the
-    session. A step's tool results therefore travel with the next step's model reply. Results
-    that must not wait (`urgent`: tools run inside the gateway, whose effects are not recorded
-    by call id) start a background append at once; the others came from the tool executor,
-    which records each call's result under its call id, so a run resumed before they were
-    stored gets the recorded results again, nothing acts twice.
+    calls run, so the calls are stored before anything acts on them — or for `close()` at the
+    end, which also releases the session. A step's tool results therefore travel with the next
+    step's model reply. Results that must not wait (`urgent`: tools run inside the gateway,
+    whose effects are not recorded by call id) start a background append at once; the others
+    came from the tool executor, which records each call's result under its call id, so a run
+    resumed before they were stored gets the recorded results again, nothing acts twice.
     """
 
     def __init__(self, ports: RunPorts, ctx: RunContext) -> None:
@@ -39,8 +38,6 @@ class Checkpointer:
         self._persisted: set[str] = set()
         """Ids excluded by the compactions persisted so far in this run."""
         self._writer: asyncio.Task[None] | None = None
-        self._urgent = False
-        """Something added while an append was in flight must not wait for the next flush."""
         self._error: Exception | None = None
         self.history_end: int | None = None
         """Stream sequence of the session's last stored batch as this run knows it (set from
@@ -52,8 +49,7 @@ class Checkpointer:
         """Queue `messages` for the next append; `urgent` starts it now, in the background."""
         self._pending.extend(messages)
         if urgent:
-            self._urgent = True
-            self.start()
+            self._start()
 
     def persist(self, compaction: HistoryCompaction) -> None:
         """Store `compaction` after the messages added so far, unless it excludes nothing new
@@ -63,9 +59,7 @@ class Checkpointer:
         self._persisted.update(compaction.excluded_message_ids)
         self._compaction = compaction
 
-    def start(self) -> None:
-        """Begin storing what was added, in the background; `flush()` or `close()` waits for
-        it and raises what it failed with."""
+    def _start(self) -> None:
         if self._error is None and (self._writer is None or self._writer.done()):
             self._writer = asyncio.ensure_future(self._write())
 
@@ -74,27 +68,19 @@ class Checkpointer:
             while self._pending or self._compaction is not None:
                 batch, self._pending = self._pending, []
                 compaction, self._compaction = self._compaction, None
-                self._urgent = False
                 self.history_end = await self._ports.append_history(
                     self._ctx, batch, compaction=compaction, history_end=self.history_end
                 )
-                if not self._urgent:
-                    # What was added meanwhile (a step's tool results) travels with the next
-                    # flush, in one append with the next model reply.
-                    break
         except Exception as exc:
             self._error = exc
 
     async def flush(self) -> None:
-        """Store everything added so far (after any append in flight)."""
-        while True:
-            self.start()
-            if self._writer is not None:
-                await self._writer
-            if self._error is not None:
-                raise self._error
-            if not self._pending and self._compaction is None:
-                return
+        """Store everything added so far (one append, after any in flight)."""
+        self._start()
+        if self._writer is not None:
+            await self._writer
+        if self._error is not None:
+            raise self._error
 
     async def close(self, history_length: int | None) -> None:
         """Write what is pending and release the session's claim, in one append."""

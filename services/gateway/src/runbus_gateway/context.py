@@ -80,8 +80,6 @@ class Start:
     """The mode's notice, shown once after a mode change."""
     state: SessionState
     tools: list[ToolSpec]
-    read_only: frozenset[str]
-    """Tools among `tools` that change nothing (see `Turn.read_only`)."""
     prompt: list[ChatMessage]
     progress: Progress
     history_end: int | None = None
@@ -104,18 +102,16 @@ async def assemble(
     async def no_hits() -> list[MemoryHit]:
         return []
 
-    opened, hits, catalog = await asyncio.gather(
+    opened, hits, tools = await asyncio.gather(
         open_session(ports, ctx, agent),
         ports.search_memory(ctx, query, agent.memory)
         if agent.memory.searches_before_invoke and query
         else no_hits(),
         ports.list_tools(ctx, agent.tools),
     )
-    tools, read_only = catalog.tools, set(catalog.read_only)
     if agent.memory.offers_tool:
         tools = [*tools, MEMORY_SEARCH_TOOL]
-        read_only.add(MEMORY_SEARCH_TOOL.name)
-    tools = [*tools, *harness.tools]  # never read-only: they change the session's state
+    tools = [*tools, *harness.tools]
     state = SessionState(ports, ctx, opened.record)
     own = message_id(ctx.run_id, "")
     earlier = [m for m in opened.messages if not m.message_id.startswith(own)]
@@ -150,7 +146,6 @@ async def assemble(
         notice=notice,
         state=state,
         tools=tools,
-        read_only=frozenset(read_only),
         prompt=prompt,
         progress=progress,
         history_end=opened.history_end,

@@ -69,7 +69,6 @@ async def execute_run(
             harness,
             start.state,
             start.tools,
-            start.read_only,
             start.prompt,
             start.progress,
             checkpoint,

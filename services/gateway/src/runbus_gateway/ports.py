@@ -44,7 +44,6 @@ from runbus.messages.sessions import (
 from runbus.messages.tools import (
     ApprovalGrant,
     ApprovalRequest,
-    ToolCatalog,
     ToolInvoked,
 )
 from runbus.telemetry import inject, messaging_attributes
@@ -112,12 +111,14 @@ class BusPorts:
         )
         return reply.hits
 
-    async def list_tools(self, ctx: RunContext, names: list[str]) -> ToolCatalog:
+    async def list_tools(self, ctx: RunContext, names: list[str]) -> list[ToolSpec]:
         if not names:
-            return ToolCatalog(tools=[])
+            return []
 
-        async def fetch() -> ToolCatalog:
-            return await self.bus.call(ops.TOOLS_LIST, ToolList(names=names), ctx=ctx)
+        async def fetch() -> list[ToolSpec]:
+            request = ToolList(names=names)
+            reply = await self.bus.call(ops.TOOLS_LIST, request, ctx=ctx)
+            return reply.tools
 
         return await self.catalog.get((ctx.agent, ctx.prop("tenant"), tuple(names)), fetch)
 

@@ -17,7 +17,7 @@ from runbus.messages import (
 from runbus.messages.compaction import CompactResult
 from runbus.messages.history import HistoryCompaction
 from runbus.messages.sessions import ConcurrencyPolicy, SessionOpened
-from runbus.messages.tools import ApprovalGrant, ApprovalRequest, ToolCatalog, ToolInvoked
+from runbus.messages.tools import ApprovalGrant, ApprovalRequest, ToolInvoked
 
 from .agents import CompactionPolicy, MemoryPolicy
 from .harness.state import StatePort
@@ -33,7 +33,7 @@ class RunPorts(StatePort, Protocol):
         self, ctx: RunContext, query: str, policy: MemoryPolicy
     ) -> list[MemoryHit]: ...
 
-    async def list_tools(self, ctx: RunContext, names: list[str]) -> ToolCatalog: ...
+    async def list_tools(self, ctx: RunContext, names: list[str]) -> list[ToolSpec]: ...
 
     async def compact(
         self, ctx: RunContext, messages: list[ChatMessage], policy: CompactionPolicy

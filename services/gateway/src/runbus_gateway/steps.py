@@ -144,16 +144,10 @@ async def _loop(turn: Turn) -> Usage:
             if not calls:
                 progress.finished = True
                 break
-        # Calls that change things are saved before any runs: a run resumed after a lost
-        # checkpoint would ask the model again, get new call ids (the executor's idempotency
-        # keys) and repeat side effects. One history round trip per such step buys
-        # exactly-once tools. Calls that change nothing run while the checkpoint is stored:
-        # losing it costs a repeat of reads, and a failed write still fails the run at the
-        # next flush.
-        if all(c.name in turn.read_only for c in calls):
-            turn.checkpoint.start()
-        else:
-            await turn.checkpoint.flush()
+        # The calls are saved before any runs: a run resumed after a lost checkpoint would
+        # ask the model again, get new call ids (the executor's idempotency keys) and repeat
+        # side effects. One history round trip per tool step buys exactly-once tools.
+        await turn.checkpoint.flush()
         await turn.events.tool_calls(calls)
         results, terminated = await run_tools(turn, calls)
         await turn.events.tool_results(results)

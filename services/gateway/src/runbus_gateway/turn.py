@@ -23,9 +23,6 @@ class Turn:
     harness: Harness
     state: SessionState
     tools: list[ToolSpec]
-    read_only: frozenset[str]
-    """Tools that change nothing: a step calling only these runs them while its checkpoint
-    is stored, rather than after (see `steps._loop`)."""
     prompt: list[ChatMessage]
     progress: Progress
     checkpoint: Checkpointer

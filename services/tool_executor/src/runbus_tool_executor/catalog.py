@@ -61,8 +61,8 @@ async def select(
     names: Sequence[str] | None,
     ctx: RunContext,
     now: float | None = None,
-) -> list[CatalogEntry]:
-    """The entries the run may see: this replica's own tools first-hand, the rest from the
+) -> list[ToolSpec]:
+    """The specs the run may see: this replica's own tools first-hand, the rest from the
     catalog; in the order asked for (by name when all are listed)."""
     now = time.time() if now is None else now
     found = {name: entry_for(tool, now) for name, tool in local.items()}
@@ -77,7 +77,7 @@ async def select(
                 found[entry.spec.name] = entry
     wanted = sorted(found) if names is None else names
     return [
-        found[name]
+        found[name].spec
         for name in dict.fromkeys(wanted)
         if name in found and found[name].visible_to(ctx)
     ]

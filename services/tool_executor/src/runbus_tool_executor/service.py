@@ -129,11 +129,7 @@ class ToolExecutorService(Service):
         return [Endpoint.for_op(ops.TOOLS_LIST, self.on_list), *invoke]
 
     async def on_list(self, ctx: RunContext, request: ToolList) -> ToolCatalog:
-        entries = await select(self.tools, self.catalog, request.names, ctx)
-        return ToolCatalog(
-            tools=[e.spec for e in entries],
-            read_only=[e.spec.name for e in entries if not e.side_effect],
-        )
+        return ToolCatalog(tools=await select(self.tools, self.catalog, request.names, ctx))
 
     async def on_invoke(
         self, ctx: RunContext, request: ToolInvoke, subject_tool: str

@@ -90,10 +90,6 @@ class ToolList(Message, frozen=True, tag="tools.list"):
 class ToolCatalog(Message, frozen=True, tag="tools.catalog"):
     tools: list[ToolSpec]
     """Schemas as the model sees them."""
-    read_only: list[str] = []
-    """Names among `tools` that change nothing (declared without `side_effect`): a run may
-    call them while its checkpoint is still being stored, since running one twice is harmless.
-    A name not listed (an older executor lists none) is treated as changing things."""
 
 
 TOOL_INVOKE_DECODER = msgspec.json.Decoder(ToolInvoke)
