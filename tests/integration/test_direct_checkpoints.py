@@ -172,6 +172,84 @@ async def test_no_checkpoint_lands_in_a_session_deleted_and_taken_by_someone_els
     assert await stored_batches(nc, "acme", "s1") == []
 
 
+@pytest.mark.parametrize("stored_before", [True, False])
+async def test_no_checkpoint_of_a_deleted_session_is_read_by_the_one_made_again_under_its_id(
+    history: HistoryService, ports: BusPorts, nc: NATS, stored_before: bool
+) -> None:
+    """ "Clear the conversation, start again": alice deletes her session while a run of hers
+    still works on it and opens a new one of the same id at once. The old run's late
+    checkpoint names the session it opened: refused where the delete moved the history's
+    end; on a session with nothing stored (no end to move) stored for the old incarnation,
+    which the new one never reads. The release is refused either way."""
+    opened = await ports.open_session(ALICE, "reject")
+    old = opened.record.incarnation
+    assert old
+    end = opened.history_end
+    if stored_before:
+        end = await ports.append_history(ALICE, [said("r-1:in0")], history_end=end, incarnation=old)
+    await ports.bus.call(ops.SESSIONS_DELETE, SessionDelete(session_id="s1"), ctx=ALICE)
+    again = msgspec.structs.replace(ALICE, run_id="r-5")
+    made = await ports.open_session(again, "reject")
+    assert made.created
+    assert made.record.incarnation not in ("", old)
+
+    late = [said("r-1:m0", "the old conversation"), said("r-1:t0")]
+    if stored_before:
+        with pytest.raises(RemoteError) as refused:
+            await ports.append_history(ALICE, late, history_end=end, incarnation=old)
+        assert refused.value.remote_code == "not_found"
+    else:
+        assert await ports.append_history(ALICE, late, history_end=end, incarnation=old)
+    with pytest.raises(RemoteError) as refused:
+        await ports.append_history(ALICE, late, release=True, history_end=end, incarnation=old)
+    assert refused.value.remote_code == "not_found"
+
+    assert await load(ports, again) == []
+    reopened = await ports.open_session(again, "reject")  # what its resume would find
+    assert reopened.messages == []
+    exported = await ports.bus.call(ops.SESSIONS_EXPORT, SessionExport(session_id="s1"), ctx=again)
+    assert exported.document.messages == []
+    assert {b.incarnation for b in await stored_batches(nc, "acme", "s1")} <= {old}
+    record = await ports.get_session(again)
+    assert record.active_run == "r-5"
+
+
+async def test_a_new_sessions_first_checkpoint_skips_the_history_service_too(
+    history: HistoryService, ports: BusPorts, nc: NATS
+) -> None:
+    opened = await ports.open_session(ALICE, "reject")
+    assert opened.history_end == 0
+
+    end = await ports.append_history(
+        ALICE,
+        [said("r-1:in0"), said("r-1:m0")],
+        history_end=0,
+        incarnation=opened.record.incarnation,
+    )
+
+    assert appends_served(history) == 0
+    assert end
+    assert await load(ports, ALICE) == ["r-1:in0", "r-1:m0"]
+
+
+async def test_every_batch_a_run_stores_names_the_session_incarnation_it_opened(
+    history: HistoryService, ports: BusPorts, nc: NATS
+) -> None:
+    opened = await ports.open_session(ALICE, "reject")
+    incarnation = opened.record.incarnation
+    end = await ports.append_history(
+        ALICE, [said("r-1:in0")], history_end=0, incarnation=incarnation
+    )
+    await ports.append_history(ALICE, [said("r-1:m0")], history_end=end, incarnation=incarnation)
+    await ports.append_history(
+        ALICE, [said("r-1:m1")], release=True, history_end=end, incarnation=incarnation
+    )
+
+    batches = await stored_batches(nc, "acme", "s1")
+    assert stored_ids(batches) == ["r-1:in0", "r-1:m0", "r-1:m1"]
+    assert {b.incarnation for b in batches} == {incarnation}
+
+
 async def test_a_checkpoint_after_another_runs_write_goes_through_history_and_is_kept(
     history: HistoryService, ports: BusPorts, nc: NATS
 ) -> None:
@@ -282,7 +360,7 @@ async def test_a_runs_history_is_the_same_whichever_way_its_checkpoints_went(
         imported = await session_as_seen(alice, "direct", direct.run_id)
         batches = await stored_batches(history.nc, "acme", "direct")
 
-    assert (direct_appends, served_appends) == (2, 4)  # the first and the releasing one
+    assert (direct_appends, served_appends) == (1, 4)  # only the releasing one
     assert seen == expected
     assert len(seen["load"]) == 8
     assert imported == seen

@@ -21,9 +21,16 @@ from runbus.messages.history import (
     BATCH_ENCODER,
     HISTORY_APPENDED_DECODER,
     HISTORY_LOADED_DECODER,
+    HistoryCompaction,
     StoredBatch,
 )
-from runbus.messages.sessions import SESSION_OPENED_DECODER, SessionOpen, SessionRecord
+from runbus.messages.sessions import (
+    SESSION_EXPORTED_DECODER,
+    SESSION_OPENED_DECODER,
+    SessionExport,
+    SessionOpen,
+    SessionRecord,
+)
 from runbus_history.cache import RecordCache
 from runbus_history.records import SessionRecords
 from runbus_history.service import HistoryService
@@ -266,3 +273,80 @@ async def test_a_release_never_changes_a_session_someone_else_created_since(
 
     assert refused.value.remote_code == "not_found"
     assert await other.get("acme", "s1") == bobs
+
+
+async def test_what_a_lagging_record_copy_lets_in_is_never_read_as_the_new_sessions(
+    history: HistoryService, other: SessionRecords, bus: Bus, nc: NATS
+) -> None:
+    """alice's run r-1 still writes while her session is deleted and made again (the same id,
+    the same owner). History's copy of the record lags (here its watcher is stopped outright),
+    so the old run's append passes the owner check and is stored, compaction and all; but
+    it names the session it opened, and the new one's loads, opens and export skip it."""
+    old_run = RunContext(run_id="r-1", props={"tenant": "acme", "user_id": "alice"})
+    opened = await bus.request(
+        subjects.SESSIONS_OPEN, SessionOpen(session_id="s1"), SESSION_OPENED_DECODER, ctx=old_run
+    )
+    await history.records.close()  # from here on, history's cache hears of no write
+    await other.delete("acme", "s1")
+    made = await other.create(msgspec.structs.replace(record("alice"), incarnation="new"))
+    assert made is not None
+    old = said("r-1:m0", "the old conversation")
+    late = await bus.request(
+        subjects.HISTORY_APPEND,
+        HistoryAppend(
+            session_id="s1",
+            messages=[old],
+            compaction=HistoryCompaction(
+                messages=[said("r-1:sum", "a summary of the old conversation")],
+                excluded_message_ids=["r-2:in0"],
+            ),
+            incarnation=opened.record.incarnation,
+        ),
+        HISTORY_APPENDED_DECODER,
+        ctx=old_run,
+    )
+    assert late.stored == 1  # let in by the lagging copy: what this test is about
+    new_run = RunContext(run_id="r-2", props={"tenant": "acme", "user_id": "alice"})
+    await bus.request(
+        subjects.SESSIONS_OPEN, SessionOpen(session_id="s1"), SESSION_OPENED_DECODER, ctx=new_run
+    )
+    # A replica that did not serve that open may still hold the old record: the new run's
+    # append, naming the new incarnation, has it read again and is accepted.
+    history.records.cache = RecordCache()
+    history.records.cache.remember(subjects.session_key("acme", "s1"), opened.record)
+    rereads = count_gets(history.records.kv)
+    appended = await bus.request(
+        subjects.HISTORY_APPEND,
+        HistoryAppend(
+            session_id="s1",
+            messages=[said("r-2:in0", "the new conversation")],
+            release=True,
+            history_length=1,
+            incarnation="new",
+        ),
+        HISTORY_APPENDED_DECODER,
+        ctx=new_run,
+    )
+
+    assert rereads == ["acme.s1"]
+
+    third = RunContext(run_id="r-3", props={"tenant": "acme", "user_id": "alice"})
+    reopened = await bus.request(
+        subjects.SESSIONS_OPEN, SessionOpen(session_id="s1"), SESSION_OPENED_DECODER, ctx=third
+    )
+    exported = await bus.request(
+        subjects.SESSIONS_EXPORT,
+        SessionExport(session_id="s1"),
+        SESSION_EXPORTED_DECODER,
+        ctx=third,
+    )
+
+    assert [m.message_id for m in reopened.messages] == ["r-2:in0"]
+    assert reopened.history_end == appended.history_end  # where a direct checkpoint follows
+    assert [m.message_id for m in exported.document.messages] == ["r-2:in0"]
+    assert exported.document.compactions == []
+    assert exported.document.record.incarnation == ""
+
+
+def said(message_id: str, text: str) -> ChatMessage:
+    return ChatMessage(role="user", contents=[TextContent(text=text)], message_id=message_id)

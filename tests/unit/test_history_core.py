@@ -4,9 +4,9 @@ from datetime import UTC, datetime
 
 from runbus.history_batches import messages_to_store
 from runbus.messages import ChatMessage, Source, TextContent
-from runbus.messages.history import StoredBatch
+from runbus.messages.history import HistoryCompaction, StoredBatch
 from runbus.messages.sessions import SessionRecord
-from runbus_history.core import live_run, loaded
+from runbus_history.core import appendable, document_history, live_run, loaded, new_incarnation
 
 
 def message(message_id: str, text: str = "hi", source: Source = "external") -> ChatMessage:
@@ -59,3 +59,56 @@ def test_a_session_is_held_only_by_a_run_whose_claim_has_not_expired() -> None:
     assert live_run(free, now=50.0) is None
     assert live_run(held, now=50.0) == "r-1"
     assert live_run(held, now=100.0) is None  # expired: stale, nobody holds it
+
+
+def test_a_load_reads_only_what_was_stored_for_its_incarnation_or_before_there_were_any() -> None:
+    batches = [
+        StoredBatch(messages=[message("old")]),  # stored before incarnations were kept
+        StoredBatch(messages=[message("a")], incarnation="one"),
+        StoredBatch(messages=[message("late")], incarnation="zero"),
+        StoredBatch(messages=[message("b")], incarnation="one"),
+    ]
+
+    assert [m.message_id for m in loaded(batches, incarnation="one")] == ["old", "a", "b"]
+
+
+def test_only_a_run_of_the_sessions_current_incarnation_may_append() -> None:
+    stamp = datetime(2026, 1, 1, tzinfo=UTC)
+    record = SessionRecord(
+        session_id="s1",
+        tenant="acme",
+        owner="alice",
+        agent="travel",
+        created_at=stamp,
+        updated_at=stamp,
+        incarnation="one",
+    )
+
+    assert appendable(record, "one")
+    assert appendable(record, "")  # a caller that does not know it: the session as it is
+    assert not appendable(record, "zero")
+
+
+def test_a_session_made_again_gets_an_incarnation_of_its_own() -> None:
+    made = {new_incarnation() for _ in range(100)}
+
+    assert len(made) == 100
+    assert "" not in made
+
+
+def test_an_export_holds_only_its_incarnations_messages_and_compactions_unstamped() -> None:
+    batches = [
+        (1, StoredBatch(messages=[message("a")], incarnation="one")),
+        (3, StoredBatch(messages=[message("late")], incarnation="zero")),
+        (5, StoredBatch(messages=[message("b")], incarnation="one")),
+    ]
+    compactions = [
+        (2, HistoryCompaction(messages=[message("sum")], incarnation="one")),
+        (4, HistoryCompaction(messages=[message("stale")], incarnation="zero")),
+    ]
+
+    messages, placed = document_history(batches, compactions, "one")
+
+    assert [m.message_id for m in messages] == ["a", "b"]
+    assert [(c.after, c.compaction.messages[0].message_id) for c in placed] == [(1, "sum")]
+    assert placed[0].compaction.incarnation == ""

@@ -64,11 +64,12 @@ class Stored:
         history_length: int | None = None,
         compaction: HistoryCompaction | None = None,
         history_end: int | None = None,
+        incarnation: str = "",
     ) -> int | None:
         """What history's `on_append` stores: the compaction, then the new messages."""
         keep, _ = messages_to_store(messages)
         if compaction is not None:
-            self.entries.append(core.compaction_to_store(compaction))
+            self.entries.append(core.compaction_to_store(compaction, ""))
         if keep:
             self.entries.append(StoredBatch(messages=keep))
         return len(self.entries)

@@ -145,7 +145,9 @@ class RecordingPorts:
             updated_at=stamp,
             active_run=RUN_ID,
             revision=1,
+            incarnation="inc-1",
         )
+        self.incarnations_told: list[str] = []
         self.releases: list[int | None] = []
         self.event_ids: list[str] = []
 
@@ -248,9 +250,11 @@ class RecordingPorts:
         history_length: int | None = None,
         compaction: HistoryCompaction | None = None,
         history_end: int | None = None,
+        incarnation: str = "",
     ) -> int | None:
         self.hops.append("append_history")
         self.ends_told.append(history_end)
+        self.incarnations_told.append(incarnation)
         if release:
             self.releases.append(history_length)
         await take_time(self.append_delay)
@@ -404,6 +408,16 @@ async def test_each_append_is_told_where_the_sessions_history_ended_after_the_la
     await run(ports)
 
     assert ports.ends_told == [7, 8, 9]
+
+
+async def test_every_append_names_the_session_incarnation_the_run_opened() -> None:
+    # History refuses (and loads skip) what is stored for another incarnation: a session
+    # deleted and made again under the same id while the run still wrote.
+    ports = RecordingPorts([weather(), weather("Perth"), said("Sunny.")])
+
+    await run(ports)
+
+    assert ports.incarnations_told == ["inc-1", "inc-1", "inc-1"]
 
 
 async def test_an_input_the_caller_stamps_as_history_is_still_saved() -> None:

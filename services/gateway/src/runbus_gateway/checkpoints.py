@@ -44,6 +44,9 @@ class Checkpointer:
         the session as opened, then from each append): a checkpoint is stored directly only
         if the session's history still ends there, so it never lands after a write it has
         not seen (a deleted session, someone else's)."""
+        self.incarnation = ""
+        """The session's incarnation as the run opened it: the checkpoints are stored for it
+        (a session deleted and made again under the same id meanwhile never reads them)."""
 
     def add(self, messages: list[ChatMessage], *, urgent: bool = False) -> None:
         """Queue `messages` for the next append; `urgent` starts it now, in the background."""
@@ -69,7 +72,11 @@ class Checkpointer:
                 batch, self._pending = self._pending, []
                 compaction, self._compaction = self._compaction, None
                 self.history_end = await self._ports.append_history(
-                    self._ctx, batch, compaction=compaction, history_end=self.history_end
+                    self._ctx,
+                    batch,
+                    compaction=compaction,
+                    history_end=self.history_end,
+                    incarnation=self.incarnation,
                 )
         except Exception as exc:
             self._error = exc
@@ -97,6 +104,7 @@ class Checkpointer:
             history_length=history_length,
             compaction=compaction,
             history_end=self.history_end,
+            incarnation=self.incarnation,
         )
 
 

@@ -85,6 +85,8 @@ class Start:
     history_end: int | None = None
     """Stream sequence of the session's last stored batch when it was opened (0: none; None:
     unknown): where this run's first checkpoint may be stored directly."""
+    incarnation: str = ""
+    """The session's incarnation as opened: what the run's checkpoints are stored for."""
 
 
 async def assemble(
@@ -149,4 +151,5 @@ async def assemble(
         prompt=prompt,
         progress=progress,
         history_end=opened.history_end,
+        incarnation=opened.record.incarnation,
     )

@@ -7,8 +7,11 @@ that the session's stored history still ends at the sequence the run last saw
 (`Nats-Expected-Last-Subject-Sequence`): the run opened and claimed that session for its
 owner, and anything since — a purge by a delete, an import, another run's write — moved the
 end, so the publish is refused and the append goes through the history service, which checks
-the session's owner again. A session with nothing stored yet (end 0) has no end a delete
-could move, so its first append always goes through the service.
+the session's owner and incarnation again. A session with nothing stored yet (end 0) has no
+end a delete could move: a batch of a run whose new session was deleted meanwhile is still
+stored, but stamped with the incarnation the run opened, so no session made again under that
+id reads it (and the next one made purges it). A run that does not know its session's
+incarnation (one made before they were kept) sends its first append through the service.
 """
 
 import nats.errors
@@ -29,16 +32,17 @@ WRONG_LAST_SEQUENCE = 10071
 
 
 async def store_checkpoint(
-    bus: Bus, ctx: RunContext, messages: list[ChatMessage], history_end: int
+    bus: Bus, ctx: RunContext, messages: list[ChatMessage], history_end: int, incarnation: str
 ) -> int | None:
-    """Store `messages` after the session's batch `history_end` (> 0); where the session's
-    history ends now, or None if the append must go through the history service (the end
-    moved, or the batch was stored before: a retry)."""
+    """Store `messages` for the session incarnation `incarnation`, after the session's batch
+    `history_end` (0: on a session with nothing stored); where the session's history ends
+    now, or None if the append must go through the history service (the end moved, or the
+    batch was stored before: a retry)."""
     to_store, _ = messages_to_store(messages)
     if not to_store:
         return history_end
     subject = subjects.history_log(ctx.prop("tenant"), ctx.session_id)
-    data = BATCH_ENCODER.encode(StoredBatch(messages=to_store))
+    data = BATCH_ENCODER.encode(StoredBatch(messages=to_store, incarnation=incarnation))
     headers = {
         MSG_ID: batch_id(subject, to_store),
         EXPECTED_LAST_SUBJECT_SEQUENCE: str(history_end),

@@ -58,6 +58,7 @@ async def execute_run(
     try:
         start = await assemble(ctx, agent, ports, harness, inputs)
         checkpoint.history_end = start.history_end
+        checkpoint.incarnation = start.incarnation
         if start.notice:
             await harness.acknowledge_mode(start.state)
         if not start.resumed_inputs:

@@ -208,11 +208,14 @@ class BusPorts:
         history_length: int | None = None,
         compaction: HistoryCompaction | None = None,
         history_end: int | None = None,
+        incarnation: str = "",
     ) -> int | None:
         # A checkpoint that only stores messages goes straight into the history stream; the
-        # release (a session record write) and a persisted compaction go through the service.
-        if history_end and not release and compaction is None:
-            end = await store_checkpoint(self.bus, ctx, messages, history_end)
+        # release (a session record write) and a persisted compaction go through the service,
+        # and so does the first of a session that has no incarnation (history_writes.py).
+        where_known = history_end is not None and (history_end > 0 or incarnation)
+        if where_known and history_end is not None and not release and compaction is None:
+            end = await store_checkpoint(self.bus, ctx, messages, history_end, incarnation)
             if end is not None:
                 return end
         reply = await self.bus.call(
@@ -223,6 +226,7 @@ class BusPorts:
                 release=release,
                 history_length=history_length,
                 compaction=compaction,
+                incarnation=incarnation,
             ),
             ctx=ctx,
         )

@@ -73,11 +73,13 @@ class RunPorts(StatePort, Protocol):
         history_length: int | None = None,
         compaction: HistoryCompaction | None = None,
         history_end: int | None = None,
+        incarnation: str = "",
     ) -> int | None:
         """Store `messages` (`release`: and release the session's claim). `history_end` is
         where the session's stored batches end as far as the run knows (the last append's
         answer, or the session's as opened; None: unknown); the answer is where they end
-        after this append, None when unknown."""
+        after this append, None when unknown. `incarnation` is the session's as opened: an
+        append for a session deleted and made again since is refused (`not_found`)."""
         ...
 
     async def store_memory(self, ctx: RunContext, texts: list[str]) -> None: ...

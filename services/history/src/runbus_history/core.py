@@ -2,6 +2,7 @@
 who may see a session, how a run claims one."""
 
 import hashlib
+import secrets
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -22,9 +23,26 @@ COMPACTION_DECODER = msgspec.json.Decoder(HistoryCompaction)
 RECORD_DECODER = msgspec.json.Decoder(SessionRecord)
 
 
-def compaction_to_store(compaction: HistoryCompaction) -> HistoryCompaction:
-    """The compaction as stored: every message has an id (later appends are matched against
-    them), none of them is also excluded."""
+def new_incarnation() -> str:
+    """The incarnation of a session made now (`SessionRecord.incarnation`)."""
+    return secrets.token_hex(8)
+
+
+def of_incarnation(stamp: str, incarnation: str) -> bool:
+    """Whether what was stored with `stamp` belongs to the session incarnation `incarnation`:
+    stored for it, or before incarnations were kept (no stamp)."""
+    return not stamp or stamp == incarnation
+
+
+def appendable(record: SessionRecord, incarnation: str) -> bool:
+    """Whether a run that opened the session's incarnation `incarnation` (empty: unknown) may
+    still append to `record`: not once the session it opened was deleted and made again."""
+    return not incarnation or incarnation == record.incarnation
+
+
+def compaction_to_store(compaction: HistoryCompaction, incarnation: str) -> HistoryCompaction:
+    """The compaction as stored for the session incarnation `incarnation`: every message has
+    an id (later appends are matched against them), none of them is also excluded."""
     excluded = set(compaction.excluded_message_ids)
     for index, message in enumerate(compaction.messages):
         if not message.message_id:
@@ -32,6 +50,7 @@ def compaction_to_store(compaction: HistoryCompaction) -> HistoryCompaction:
     return msgspec.structs.replace(
         compaction,
         messages=[m for m in compaction.messages if m.message_id not in excluded],
+        incarnation=incarnation,
     )
 
 
@@ -46,13 +65,14 @@ def compaction_id(session_key: str, compaction: HistoryCompaction) -> str:
 
 
 def loaded(
-    batches: list[StoredBatch], compaction: HistoryCompaction | None = None
+    batches: list[StoredBatch], compaction: HistoryCompaction | None = None, incarnation: str = ""
 ) -> list[ChatMessage]:
-    """The history in order, each id once, stamped `chat_history`: the persisted compaction's
-    messages (if any) then the batches stored after it, minus what it excluded."""
+    """The history of the session incarnation `incarnation` in order, each id once, stamped
+    `chat_history`: the persisted compaction's messages (if any) then the batches stored
+    after it for that incarnation, minus what it excluded."""
     seen: set[str] = set(compaction.excluded_message_ids) if compaction else set()
     out: list[ChatMessage] = []
-    parts = [b.messages for b in batches]
+    parts = [b.messages for b in batches if of_incarnation(b.incarnation, incarnation)]
     if compaction is not None:
         parts.insert(0, compaction.messages)
     for messages in parts:
@@ -65,19 +85,26 @@ def loaded(
 
 
 def document_history(
-    batches: list[tuple[int, StoredBatch]], compactions: list[tuple[int, HistoryCompaction]]
+    batches: list[tuple[int, StoredBatch]],
+    compactions: list[tuple[int, HistoryCompaction]],
+    incarnation: str = "",
 ) -> tuple[list[ChatMessage], list[StoredCompaction]]:
-    """Every stored original in order (each id once, stamped `chat_history`, as a load
-    stamps them) and each persisted compaction placed
-    after the originals stored before it (by stream sequence): a session document."""
+    """Every original stored for the session incarnation `incarnation` in order (each id
+    once, stamped `chat_history`, as a load stamps them) and each of its persisted
+    compactions placed after the originals stored before it (by stream sequence): a session
+    document."""
     messages: list[ChatMessage] = []
     placed: list[StoredCompaction] = []
     seen: set[str] = set()
+    batches = [(s, b) for s, b in batches if of_incarnation(b.incarnation, incarnation)]
+    compactions = [(s, c) for s, c in compactions if of_incarnation(c.incarnation, incarnation)]
     pending = iter(sorted(compactions, key=lambda c: c[0]))
     upcoming = next(pending, None)
     for sequence, batch in [*batches, (None, None)]:
         while upcoming is not None and (sequence is None or upcoming[0] < sequence):
-            placed.append(StoredCompaction(after=len(messages), compaction=upcoming[1]))
+            # A document belongs to no incarnation: an import makes a new one.
+            compaction = msgspec.structs.replace(upcoming[1], incarnation="")
+            placed.append(StoredCompaction(after=len(messages), compaction=compaction))
             upcoming = next(pending, None)
         if batch is None:
             break

@@ -67,6 +67,17 @@ class Caller(msgspec.Struct, frozen=True):
     user_id: str
 
 
+class Stored(NamedTuple):
+    """What a read found stored under a session id, before it is matched to the record's
+    incarnation (the read starts before the record is known)."""
+
+    batches: list[StoredBatch]
+    compaction: HistoryCompaction | None
+    """The latest persisted compaction the read started from (None: from the first batch)."""
+    end: int | None
+    """Stream sequence of the last stored batch (0: none); None when the read did not see it."""
+
+
 class History(NamedTuple):
     """A session's history as read."""
 
@@ -154,7 +165,7 @@ class HistoryService(Service):
             self._read(ctx, who, request.session_id, originals=request.originals)
         )
         try:
-            core.owned(
+            record = core.owned(
                 await self.records.recent(who.tenant, request.session_id),
                 who.user_id,
                 request.session_id,
@@ -162,7 +173,7 @@ class HistoryService(Service):
         except BaseException:
             reading.cancel()
             raise
-        history = await reading
+        history = await self._history(ctx, who, await reading, record)
         return HistoryLoaded(
             messages=core.last_turns(core.repair(history.messages), request.last_turns),
             compacted=history.compacted,
@@ -170,20 +181,32 @@ class HistoryService(Service):
 
     async def on_append(self, ctx: RunContext, request: HistoryAppend) -> HistoryAppended:
         who = caller(ctx)
-        # The record as last heard of is enough: it is only checked for the owner and, on
-        # release, changed by compare-and-set, which re-reads if it moved on.
+        # The record as last heard of is enough: it is only checked for the owner and its
+        # incarnation and, on release, changed by compare-and-set, which re-reads if it moved
+        # on. What a record heard of late lets through is still stamped with the run's
+        # incarnation, which loads of a newer one skip.
         record = core.owned(
             await self.records.recent(who.tenant, request.session_id),
             who.user_id,
             request.session_id,
         )
+        if not core.appendable(record, request.incarnation):
+            # Maybe only this replica's copy is older than the run's session: read it again.
+            record = core.owned(
+                await self.records.get(who.tenant, request.session_id),
+                who.user_id,
+                request.session_id,
+            )
+            if not core.appendable(record, request.incarnation):
+                raise SessionNotFound(request.session_id)
+        incarnation = request.incarnation or record.incarnation
         to_store, skipped = messages_to_store(request.messages)
         if request.compaction is not None:
             # Before the messages: a load takes the compaction, then what was stored after it.
             # It covers every message the run had when it was made, stored earlier or in this
             # append (found in it again, or excluded by it); what this append adds beyond it
             # (the reply the model gave after it) must be read after it.
-            compaction = core.compaction_to_store(request.compaction)
+            compaction = core.compaction_to_store(request.compaction, incarnation)
             markers = subjects.history_compactions(who.tenant, request.session_id)
             await store.append(
                 self.nc,
@@ -194,7 +217,7 @@ class HistoryService(Service):
         stored, end = 0, None
         if to_store:
             subject = subjects.history_log(who.tenant, request.session_id)
-            data = BATCH_ENCODER.encode(StoredBatch(messages=to_store))
+            data = BATCH_ENCODER.encode(StoredBatch(messages=to_store, incarnation=incarnation))
             end = await store.append(self.nc, subject, data, batch_id(subject, to_store))
             stored, skipped = (len(to_store), skipped) if end else (0, len(request.messages))
         if request.release:
@@ -229,9 +252,11 @@ class HistoryService(Service):
         if displaced:
             # The displaced run stops at its next step; its messages so far stay in history.
             await self._cancel_run(who, displaced[0])
-        history = await reading
-        if created and (history.compacted or history.end != 0):
+        stored = await reading
+        if created and (stored.compaction is not None or stored.end != 0):
             history = await self._discard_leftovers(who, request.session_id)
+        else:
+            history = await self._history(ctx, who, stored, record)
         return SessionOpened(
             record=record,
             messages=core.last_turns(core.repair(history.messages), request.last_turns),
@@ -303,10 +328,10 @@ class HistoryService(Service):
                 self.nc, subjects.history_compactions(who.tenant, request.session_id), timeout
             )
         ]
-        messages, placed = core.document_history(batches, compactions)
+        messages, placed = core.document_history(batches, compactions, record.incarnation)
         return SessionExported(
             document=SessionDocument(
-                record=msgspec.structs.replace(record, revision=0),
+                record=msgspec.structs.replace(record, revision=0, incarnation=""),
                 messages=messages,
                 compactions=placed,
             )
@@ -320,7 +345,9 @@ class HistoryService(Service):
         if not is_identifier(record.session_id):
             raise SessionNotFound(record.session_id)
         subject = subjects.history_log(who.tenant, record.session_id)
-        created = await self.records.create(msgspec.structs.replace(record, revision=0))
+        created = await self.records.create(
+            msgspec.structs.replace(record, revision=0, incarnation=core.new_incarnation())
+        )
         if created is None:
             raise SessionExists(record.session_id)
         # Only once the record is the caller's: what is purged is a leftover of a session
@@ -333,10 +360,11 @@ class HistoryService(Service):
         nonce = f"import-{created.revision}:"
         for part in core.document_chunks(document.messages, document.compactions, IMPORT_CHUNK):
             if isinstance(part, list):
-                data = BATCH_ENCODER.encode(StoredBatch(messages=part))
+                batch = StoredBatch(messages=part, incarnation=created.incarnation)
+                data = BATCH_ENCODER.encode(batch)
                 await store.append(self.nc, subject, data, nonce + batch_id(subject, part))
             else:
-                compaction = core.compaction_to_store(part)
+                compaction = core.compaction_to_store(part, created.incarnation)
                 data = BATCH_ENCODER.encode(compaction)
                 msg_id = nonce + core.compaction_id(markers, compaction)
                 await store.append(self.nc, markers, data, msg_id)
@@ -397,9 +425,9 @@ class HistoryService(Service):
 
     async def _read(
         self, ctx: RunContext, who: Caller, session_id: str, *, originals: bool = False
-    ) -> "History":
-        """The session's history: the latest compaction, then only the batches stored after
-        it. `originals` reads every batch and ignores compactions (audit)."""
+    ) -> Stored:
+        """What is stored under the session id: the latest compaction, then only the batches
+        stored after it. `originals` reads every batch and ignores compactions (audit)."""
         timeout = self._timeout(ctx)
         compaction: HistoryCompaction | None = None
         start = 1
@@ -418,7 +446,21 @@ class HistoryService(Service):
         async for sequence, data in store.read_subject(self.nc, subject, timeout, start):
             batches.append(BATCH_DECODER.decode(data))
             end = sequence
-        return History(core.loaded(batches, compaction), compaction is not None, end)
+        return Stored(batches, compaction, end)
+
+    async def _history(
+        self, ctx: RunContext, who: Caller, stored: Stored, record: SessionRecord
+    ) -> History:
+        """The history of `record`'s incarnation in what `stored` found. A latest compaction
+        of another incarnation (written by a run of a session deleted since, in the moment a
+        record copy lags) cannot be started from: then every batch is read again, and those
+        of this incarnation are its history, uncompacted (stored nowhere else)."""
+        if stored.compaction is not None and not core.of_incarnation(
+            stored.compaction.incarnation, record.incarnation
+        ):
+            stored = await self._read(ctx, who, record.session_id, originals=True)
+        messages = core.loaded(stored.batches, stored.compaction, record.incarnation)
+        return History(messages, stored.compaction is not None, stored.end)
 
     async def _get_or_create(
         self, ctx: RunContext, who: Caller, session_id: str, change: "core.RecordChange"
@@ -437,6 +479,7 @@ class HistoryService(Service):
                         agent=ctx.agent,
                         created_at=now,
                         updated_at=now,
+                        incarnation=core.new_incarnation(),
                     )
                 )
             )

@@ -25,6 +25,9 @@ class HistoryCompaction(Record, frozen=True):
     excluded_message_ids: list[str] = []
     """Stored messages this compaction replaced; skipped even if an append after it repeats
     them (a retried checkpoint)."""
+    incarnation: str = ""
+    """Set by history as it stores the compaction: the session incarnation it belongs to
+    (`SessionRecord.incarnation`)."""
 
 
 class HistoryAppend(Message, frozen=True, tag="history.append"):
@@ -39,6 +42,10 @@ class HistoryAppend(Message, frozen=True, tag="history.append"):
     compaction: HistoryCompaction | None = None
     """A compaction to persist, stored before `messages` (it covers the run's messages up to
     when it was made; `messages` may hold later ones): later loads start from it."""
+    incarnation: str = ""
+    """The session's incarnation as the run opened it (`SessionOpened.record`): an append
+    for a session deleted and made again since is refused as `not_found`. Empty: whichever
+    the session is now (a caller that does not know it)."""
 
 
 class HistoryAppended(Message, frozen=True, tag="history.appended"):
@@ -77,11 +84,14 @@ HISTORY_LOAD_DECODER = msgspec.json.Decoder(HistoryLoad)
 HISTORY_LOADED_DECODER = msgspec.json.Decoder(HistoryLoaded)
 
 
-class StoredBatch(msgspec.Struct, frozen=True, kw_only=True):
+class StoredBatch(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """One message of the history stream: the messages of one append, in order (a storage
     format, not a request)."""
 
     messages: list[ChatMessage]
+    incarnation: str = ""
+    """The session incarnation it was stored for (`SessionRecord.incarnation`); a load of
+    another incarnation skips it. Empty: stored before incarnations were kept, read by any."""
 
 
 BATCH_ENCODER = msgspec.json.Encoder()

@@ -43,6 +43,11 @@ class SessionRecord(Record, frozen=True):
     """Epoch seconds after which `active_run`'s claim is stale (its deadline)."""
     revision: int = 0
     """Store revision this record was read at; pass it back for compare-and-set."""
+    incarnation: str = ""
+    """Which making of this session id it is: a new random id each time the session is
+    created or imported. What is stored for it carries the same id, so a write by a run that
+    opened an earlier session of this id (deleted since) is never read as this one's. Empty
+    for a session made before incarnations were kept."""
 
 
 class SessionOpen(Message, frozen=True, tag="sessions.open"):
