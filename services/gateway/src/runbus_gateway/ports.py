@@ -213,8 +213,9 @@ class BusPorts:
         # A checkpoint that only stores messages goes straight into the history stream; the
         # release (a session record write) and a persisted compaction go through the service,
         # and so does the first of a session that has no incarnation (history_writes.py).
-        where_known = history_end is not None and (history_end > 0 or incarnation)
-        if where_known and history_end is not None and not release and compaction is None:
+        unstamped_first = history_end == 0 and not incarnation
+        through_service = release or compaction is not None or unstamped_first
+        if history_end is not None and not through_service:
             end = await store_checkpoint(self.bus, ctx, messages, history_end, incarnation)
             if end is not None:
                 return end
