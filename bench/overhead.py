@@ -8,7 +8,10 @@ spans (`OTEL_TRACES_EXPORTER=console`, read back from the process logs). Each ru
 - each bus round trip (the gateway's `send` span minus the handler's `process` span: codecs,
   headers, nats-server, both event loops),
 - the handlers of history, tool_executor and the others (their `process` spans),
-- the gateway between its hops (its run span minus its `send` spans: steps, event publishes),
+- the run's checkpoints the gateway stores straight into the history stream (its PRODUCER
+  spans: publish and ack),
+- the gateway between its hops (its run span minus its `send` spans and those checkpoints:
+  steps, event publishes),
 - the client's edges: the request published → the gateway's run span starts (JetStream, the
   gateway's consumer), and the final event's way back, net of the run span's tail after it.
 
@@ -113,9 +116,14 @@ def breakdown(
             parts["model_router around the call"] += handled - chat
         else:
             parts[f"handler: {family}"] += handled
+    stored = [
+        s for s in spans if s["service"].startswith("gateway") and s["kind"].endswith("PRODUCER")
+    ]
+    for checkpoint in stored:
+        parts["history stream: direct checkpoints"] += _duration_ms(checkpoint)
     run_span = _duration_ms(root)
     request_in = (_seconds(root["start_time"]) - sent_at) * 1000
-    parts["gateway between its hops"] += run_span - sum(_duration_ms(s) for s in sends)
+    parts["gateway between its hops"] += run_span - sum(_duration_ms(s) for s in sends + stored)
     parts["request in: published → the gateway's run span starts"] += request_in
     # The run span ends after the final event is out (the request's ack): this part is
     # the final event's way to the client net of that tail, and may be below zero.

@@ -41,7 +41,7 @@ def span(
 
 def one_run() -> list[dict[str, Any]]:
     """A gateway run span of 700 ms: a model call (its `chat` span 305 ms) and a history
-    append, each sent over the bus."""
+    append, each sent over the bus, and a checkpoint stored straight into the stream."""
     return [
         span("gateway-1", "CONSUMER", "process runbus.runs.{agent}", 0, 700, "root"),
         span("gateway-1", "CLIENT", "send runbus.model.complete", 10, 320, "s1", "root"),
@@ -49,6 +49,15 @@ def one_run() -> list[dict[str, Any]]:
         span("model_router", "INTERNAL", "chat bench-300ms", 12, 317, "c1", "h1"),
         span("gateway-1", "CLIENT", "send runbus.history.append", 321, 324, "s2", "root"),
         span("history", "SERVER", "process runbus.history.append", 322, 323, "h2", "s2"),
+        span(
+            "gateway-1",
+            "PRODUCER",
+            "send runbus.hist.{tenant}.{session_id}",
+            330,
+            331.5,
+            "p1",
+            "root",
+        ),
     ]
 
 
@@ -64,7 +73,8 @@ def test_a_runs_overhead_is_cut_along_its_critical_path() -> None:
             "bus round trip: model.complete": 3.0,
             "bus round trip: history.append": 2.0,
             "handler: history.append": 1.0,
-            "gateway between its hops": 700.0 - 310.0 - 3.0,
+            "history stream: direct checkpoints": 1.5,
+            "gateway between its hops": 700.0 - 310.0 - 3.0 - 1.5,
             "request in: published → the gateway's run span starts": 2.0,
             "final event out, net of the run span's tail": 2.0,
         },
