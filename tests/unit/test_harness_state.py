@@ -14,7 +14,7 @@ from runbus.headers import RunContext
 from runbus.messages import FunctionCallContent
 from runbus.messages.sessions import SessionRecord
 from runbus_gateway.harness import Harness, HarnessConfig, SessionState
-from runbus_gateway.harness.errors import StateConflict
+from runbus_gateway.harness.errors import SessionGone, StateConflict
 
 CTX = RunContext(run_id="r-1", session_id="s1", agent="travel", props={"tenant": "acme"})
 NOW = datetime(2025, 1, 1, tzinfo=UTC)
@@ -167,3 +167,26 @@ async def test_errors_other_than_conflict_are_not_retried() -> None:
 
     with pytest.raises(RemoteError, match="no session"):
         await HARNESS.call_tool(state, add("x"))
+
+
+async def test_a_session_made_again_under_the_same_id_never_gets_the_runs_state() -> None:
+    """The run's session is deleted and made again meanwhile (a conflict, then the re-read
+    finds a record of another incarnation): the run stops instead of writing into it."""
+    store = SessionStore()
+    state = SessionState(store, CTX, store.record)
+
+    def made_again() -> None:
+        store.record = msgspec.structs.replace(
+            store.record, incarnation="new", state={}, revision=store.record.revision + 5
+        )
+
+    store.before_write.append(made_again)
+
+    with pytest.raises(SessionGone) as gone:
+        await HARNESS.call_tool(state, add("the old run's todo"))
+
+    assert gone.value.code == "not_found"
+    assert store.writes == 0
+    assert store.record.state == {}
+    with pytest.raises(SessionGone):
+        await state.refresh()

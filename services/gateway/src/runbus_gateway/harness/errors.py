@@ -1,7 +1,7 @@
 """Errors of the harness; all are `RunbusError`s with a stable code. Configuration mistakes are
 `runbus_gateway.errors.GatewayConfigError`, raised at start."""
 
-from runbus.errors import RunbusError
+from runbus.errors import NotFound, RunbusError
 
 
 class StateConflict(RunbusError):
@@ -15,6 +15,14 @@ class StateConflict(RunbusError):
             details={"key": key, "attempts": attempts},
         )
         self.key = key
+
+
+class SessionGone(NotFound):
+    """The session the run opened was deleted and made again under the same id since: its
+    state bag is another session's now, which the run must not write."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"no session {session_id!r}", details={"session_id": session_id})
 
 
 class StateInvalid(RunbusError):

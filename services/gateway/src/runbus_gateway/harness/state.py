@@ -4,6 +4,9 @@ compare-and-set on the session's revision.
 Calls in one run go one at a time (a lock), so parallel tool calls of one model reply cannot
 take the same todo id; writers elsewhere (another replica, a host's `/mode`) make the write
 fail with `conflict`, and the change is applied again to what they wrote. No update is lost.
+A record read again that is of another incarnation (the session was deleted and made again
+under the same id) is not adopted: the run stops with `not_found` rather than write its
+state into someone's new session.
 """
 
 import asyncio
@@ -15,7 +18,7 @@ from runbus.errors import RemoteError
 from runbus.headers import RunContext
 from runbus.messages.sessions import SessionRecord
 
-from .errors import StateConflict
+from .errors import SessionGone, StateConflict
 
 T = TypeVar("T")
 
@@ -44,6 +47,7 @@ class SessionState:
         self._ctx = ctx
         self._bag: dict[str, Any] = dict(record.state)
         self._revision = record.revision
+        self._incarnation = record.incarnation
         self._lock = asyncio.Lock()
 
     @property
@@ -88,5 +92,7 @@ class SessionState:
             self._adopt(await self._port.get_session(self._ctx))
 
     def _adopt(self, record: SessionRecord) -> None:
+        if record.incarnation != self._incarnation:
+            raise SessionGone(record.session_id)
         self._bag = dict(record.state)
         self._revision = record.revision
