@@ -140,3 +140,37 @@ async def test_without_persist_the_stored_history_stays_whole(
         "Weather 2?",
         "Weather 3?",
     ]
+
+
+async def test_a_run_goes_on_from_the_history_it_persisted_without_compacting_it_again(
+    nats_server: SecuredNats, tmp_path: Path
+) -> None:
+    """Each run of a long session compacts once, at its first model call; its later steps go
+    on from the compacted history it stored (as the next run will) and stay under the
+    trigger, instead of a compaction hop and a `run.compacted` event at every step."""
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "agents" / "windowed.toml").write_text(PERSISTED)
+    model = GatedModel(weather_then_answer)
+    async with start_stack(
+        nats_server.url,
+        data_dir=tmp_path,
+        agents=load_agents(tmp_path / "agents"),
+        routes={"gated": model},
+    ) as stack:
+        compaction = stack.services["compaction"]
+        nc = await nats.connect(nats_server.url)
+        client = RunbusClient(nc, token="dev-alice")
+        for n in range(RUNS):
+            await client.run("windowed", f"Weather {n}?", session_id="w")
+        assert compaction._micro is not None
+        served = sum(e.num_requests for e in compaction._micro.stats().endpoints)
+        await nc.drain()
+
+    # Runs 3..6 start over the window (3 turns > 2); each compacts once.
+    assert served == RUNS - 2
+    # Both calls of the last run saw the window: the last two turns, nothing older.
+    last_run = model.requests[-2:]
+    for request in last_run:
+        assert [m.text for m in request.messages if m.role == "user"] == [
+            f"Weather {n}?" for n in range(RUNS - 2, RUNS)
+        ]

@@ -19,6 +19,7 @@ from runbus.messages.compaction import (
     TruncationCompaction,
     TurnsExceed,
 )
+from runbus_compaction.core import MessageIndex
 from runbus_gateway.agents import CompactionPolicy
 from runbus_gateway.catalog import ToolCatalogCache
 from runbus_gateway.compaction_gate import PromptSize, may_compact
@@ -69,6 +70,17 @@ CALLS = [
         (
             CompactionPolicy(strategy=SlidingWindowCompaction(trigger=TurnsExceed(turns=1))),
             LONG,
+            True,
+        ),
+        # One turn of many messages (a step's calls and results): no more turns than users.
+        (
+            CompactionPolicy(strategy=SlidingWindowCompaction(trigger=TurnsExceed(turns=1))),
+            [*CALLS, said("sunny", "tool"), said("It is sunny.", "assistant")],
+            False,
+        ),
+        (
+            CompactionPolicy(strategy=SlidingWindowCompaction(trigger=TurnsExceed(turns=1))),
+            [*CALLS, said("sunny", "tool"), said("And tomorrow?")],
             True,
         ),
         (CompactionPolicy(strategy=ToolResultCompaction(trigger=HasToolCalls())), SHORT, False),
@@ -159,3 +171,19 @@ async def test_an_expired_or_failed_catalogue_is_asked_again() -> None:
     await cache.get(key, fetch)
 
     assert asked == ["list"] * 3
+
+
+@pytest.mark.parametrize(
+    "prompt",
+    [
+        SHORT,
+        LONG,
+        CALLS,
+        [*CALLS, said("sunny", "tool"), said("It is sunny.", "assistant"), said("And then?")],
+        [said("You help.", "system"), said("an orphan answer", "assistant"), said("Hi")],
+    ],
+)
+def test_the_prompt_size_never_undercounts_the_turns_compaction_counts(
+    prompt: list[ChatMessage],
+) -> None:
+    assert PromptSize(prompt).users >= MessageIndex.build(prompt).turns

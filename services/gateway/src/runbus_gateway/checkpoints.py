@@ -54,13 +54,15 @@ class Checkpointer:
         if urgent:
             self._start()
 
-    def persist(self, compaction: HistoryCompaction) -> None:
+    def persist(self, compaction: HistoryCompaction) -> bool:
         """Store `compaction` after the messages added so far, unless it excludes nothing new
-        (the same window, one step later); a newer one pending replaces an older one."""
+        (the same window, one step later); a newer one pending replaces an older one. True
+        when it will be stored."""
         if self._persisted.issuperset(compaction.excluded_message_ids):
-            return
+            return False
         self._persisted.update(compaction.excluded_message_ids)
         self._compaction = compaction
+        return True
 
     def _start(self) -> None:
         if self._error is None and (self._writer is None or self._writer.done()):

@@ -46,6 +46,8 @@ class PromptSize:
 
     def __init__(self, prompt: list[ChatMessage]) -> None:
         self.messages = len(prompt)
+        self.users = sum(1 for m in prompt if m.role == "user")
+        """A turn starts at a user message: there are never more turns than these."""
         self.tokens = sum(MESSAGE_OVERHEAD + len(_ENCODER.encode(m.contents)) for m in prompt)
         self.has_tool_calls = any(m.function_calls for m in prompt)
 
@@ -88,9 +90,11 @@ def _may_hold(trigger: Trigger, size: PromptSize) -> bool:
             return False
         case TokensExceed(tokens=limit):
             return size.tokens > limit
-        case MessagesExceed(messages=limit) | GroupsExceed(groups=limit) | TurnsExceed(turns=limit):
-            # Turns and groups are never more than the messages they are made of.
+        case MessagesExceed(messages=limit) | GroupsExceed(groups=limit):
+            # Groups are never more than the messages they are made of.
             return size.messages > limit
+        case TurnsExceed(turns=limit):
+            return size.users > limit
         case HasToolCalls():
             return size.has_tool_calls
         case AllOf(of=conditions):

@@ -92,15 +92,22 @@ async def compact_prompt(
     checkpoint: Checkpointer | None = None,
 ) -> list[ChatMessage]:
     """The prompt copy the model sees; with `persist`, what it made of the history is also
-    stored. The hop is skipped while no trigger of the agent's policy can hold (or it has
-    none): the prompt is already a valid provider list (history repairs what it loads)."""
+    stored, and the run goes on from it. The hop is skipped while no trigger of the agent's
+    policy can hold (or it has none): the prompt is already a valid provider list (history
+    repairs what it loads)."""
     if not may_compact(agent.compaction, prompt):
         return prompt
     ctx = events.ctx
     compacted = await ports.compact(ctx, prompt, agent.compaction)
     persisted = persisted_compaction(compacted, ctx.run_id) if agent.compaction.persist else None
-    if persisted is not None and checkpoint is not None:
-        checkpoint.persist(persisted)
+    stored = persisted is not None and checkpoint is not None and checkpoint.persist(persisted)
+    first = compacted.messages[0].message_id if compacted.messages else None
+    if stored and first == prompt[0].message_id:
+        # History holds the session compacted now: the run's later steps go on from that,
+        # as the next run will, instead of compacting the same history again at each step
+        # (a hop and a `run.compacted` event per step of every run of a long session). The
+        # instructions stay first (`_instruct` rewrites them in place).
+        prompt[:] = compacted.messages
     if compacted.compacted or any(s.error for s in compacted.report.steps):
         await events.compacted(step, compacted.report)
     return compacted.messages
