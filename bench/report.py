@@ -801,8 +801,12 @@ def missed_section(results: dict[str, Any]) -> list[str]:
     if any("session" in n for n in names):
         out += [
             "- **Session length**: with `persist = true` a run loads the latest compaction plus "
-            "what came after; what still grows is the prompt shipped through each hop up to the "
-            "window, so a smaller window or a token trigger bounds it further.",
+            "what came after, so run 100 costs what any run past the window costs; it still does "
+            "more than run 1: a prompt of the window's turns shipped through each hop, one "
+            "compaction hop (the window moves once per run), its `run.compacted` event, and the "
+            "compaction's append through the history service. Run 1 of a new session also stores "
+            "its first checkpoint straight into the stream, so the ratio's base is the cheapest "
+            "run there is; a smaller window or a token trigger bounds run 100 further.",
         ]
     return [*out, ""]
 
