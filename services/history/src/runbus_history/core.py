@@ -37,7 +37,7 @@ def of_incarnation(stamp: str, incarnation: str) -> bool:
 def appendable(record: SessionRecord, incarnation: str) -> bool:
     """Whether a run that opened the session's incarnation `incarnation` (empty: unknown) may
     still append to `record`: not once the session it opened was deleted and made again."""
-    return not incarnation or incarnation == record.incarnation
+    return of_incarnation(incarnation, record.incarnation)
 
 
 def compaction_to_store(compaction: HistoryCompaction, incarnation: str) -> HistoryCompaction:
