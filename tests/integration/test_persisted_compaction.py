@@ -1,6 +1,8 @@
 """`persist = true`: what compaction makes of the history is stored, so later runs load a
 bounded history; the originals stay retrievable (audit) and travel with an export."""
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import msgspec
@@ -21,7 +23,7 @@ from runbus.messages.sessions import (
 )
 from runbus_gateway.agents import load_agents
 from tests.models import GatedModel, weather_then_answer
-from tests.stack import SecuredNats, start_stack
+from tests.stack import SecuredNats, Stack, start_stack
 
 PERSISTED = """
 name = "windowed"
@@ -47,6 +49,26 @@ async def load(client: RunbusClient, session_id: str, *, originals: bool = False
     )
 
 
+@asynccontextmanager
+async def windowed_stack(
+    nats_server: SecuredNats, tmp_path: Path, agent: str = PERSISTED
+) -> AsyncIterator[tuple[Stack, RunbusClient, GatedModel]]:
+    """The six services with the `windowed` agent defined by `agent` on a gated model, and
+    alice's client."""
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "agents" / "windowed.toml").write_text(agent)
+    model = GatedModel(weather_then_answer)
+    async with start_stack(
+        nats_server.url,
+        data_dir=tmp_path,
+        agents=load_agents(tmp_path / "agents"),
+        routes={"gated": model},
+    ) as stack:
+        nc = await nats.connect(nats_server.url)
+        yield stack, RunbusClient(nc, token="dev-alice"), model
+        await nc.drain()
+
+
 def test_persist_is_an_agents_compaction_key(tmp_path: Path) -> None:
     (tmp_path / "windowed.toml").write_text(PERSISTED)
     assert load_agents(tmp_path)["windowed"].compaction.persist
@@ -58,17 +80,7 @@ def test_persist_is_an_agents_compaction_key(tmp_path: Path) -> None:
 async def test_a_persisted_window_bounds_what_later_runs_load_and_the_originals_stay_for_audit(
     nats_server: SecuredNats, tmp_path: Path
 ) -> None:
-    (tmp_path / "agents").mkdir()
-    (tmp_path / "agents" / "windowed.toml").write_text(PERSISTED)
-    model = GatedModel(weather_then_answer)
-    async with start_stack(
-        nats_server.url,
-        data_dir=tmp_path,
-        agents=load_agents(tmp_path / "agents"),
-        routes={"gated": model},
-    ):
-        nc = await nats.connect(nats_server.url)
-        client = RunbusClient(nc, token="dev-alice")
+    async with windowed_stack(nats_server, tmp_path) as (_, client, model):
         for n in range(RUNS):
             await client.run("windowed", f"Weather {n}?", session_id="w")
         loaded = await load(client, "w")
@@ -88,7 +100,6 @@ async def test_a_persisted_window_bounds_what_later_runs_load_and_the_originals_
         again = await client.call(
             "sessions.export", SessionExport(session_id="w"), SESSION_EXPORTED_DECODER
         )
-        await nc.drain()
 
     # The model saw the window's last two turns ...
     assert [m.text for m in model.requests[-1].messages if m.role == "user"] == [
@@ -118,21 +129,11 @@ async def test_a_persisted_window_bounds_what_later_runs_load_and_the_originals_
 async def test_without_persist_the_stored_history_stays_whole(
     nats_server: SecuredNats, tmp_path: Path
 ) -> None:
-    (tmp_path / "agents").mkdir()
-    (tmp_path / "agents" / "windowed.toml").write_text(PERSISTED.replace("persist = true", ""))
-    model = GatedModel(weather_then_answer)
-    async with start_stack(
-        nats_server.url,
-        data_dir=tmp_path,
-        agents=load_agents(tmp_path / "agents"),
-        routes={"gated": model},
-    ):
-        nc = await nats.connect(nats_server.url)
-        client = RunbusClient(nc, token="dev-alice")
+    prompt_copy_only = PERSISTED.replace("persist = true", "")
+    async with windowed_stack(nats_server, tmp_path, prompt_copy_only) as (_, client, model):
         for n in range(4):
             await client.run("windowed", f"Weather {n}?", session_id="w")
         loaded = await load(client, "w")
-        await nc.drain()
 
     assert not loaded.compacted
     assert len(loaded.messages) == 4 * PER_RUN
@@ -148,23 +149,12 @@ async def test_a_run_goes_on_from_the_history_it_persisted_without_compacting_it
     """Each run of a long session compacts once, at its first model call; its later steps go
     on from the compacted history it stored (as the next run will) and stay under the
     trigger, instead of a compaction hop and a `run.compacted` event at every step."""
-    (tmp_path / "agents").mkdir()
-    (tmp_path / "agents" / "windowed.toml").write_text(PERSISTED)
-    model = GatedModel(weather_then_answer)
-    async with start_stack(
-        nats_server.url,
-        data_dir=tmp_path,
-        agents=load_agents(tmp_path / "agents"),
-        routes={"gated": model},
-    ) as stack:
+    async with windowed_stack(nats_server, tmp_path) as (stack, client, model):
         compaction = stack.services["compaction"]
-        nc = await nats.connect(nats_server.url)
-        client = RunbusClient(nc, token="dev-alice")
         for n in range(RUNS):
             await client.run("windowed", f"Weather {n}?", session_id="w")
         assert compaction._micro is not None
         served = sum(e.num_requests for e in compaction._micro.stats().endpoints)
-        await nc.drain()
 
     # Runs 3..6 start over the window (3 turns > 2); each compacts once.
     assert served == RUNS - 2
