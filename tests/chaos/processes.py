@@ -377,8 +377,9 @@ class Counts:
     lost_history: int = 0
     orphan_calls: int = 0
     tool_errors: int = 0
-    """Tool results that are errors: a call caught in a killed executor times out and the
-    model reads the error (the run goes on, it is not retried)."""
+    """Tool results that are errors, other than "outcome unknown" (a side-effecting call cut
+    mid-way by a killed executor, counted as a missing booking): a call lost to a killed
+    replica or a NATS restart is sent again, so the model must never read such an error."""
     model_calls: int = 0
     model_calls_repeated: int = 0
     """Model calls beyond one per step: each is a call a crash cut off before its reply was
@@ -389,6 +390,8 @@ class Counts:
     the recorded result; the `fresh` model's new call ids run those tools again."""
     failures: Counter[str] = field(default_factory=Counter)
     """`code: message` of the failed runs, for the assertion's message."""
+    tool_error_texts: Counter[str] = field(default_factory=Counter)
+    """The texts counted in `tool_errors`, for the assertion's message."""
 
     def problems(self) -> dict[str, int]:
         """The counters that must be zero (and completed == runs)."""
@@ -402,6 +405,7 @@ class Counts:
             "duplicated history": self.dup_history,
             "lost history": self.lost_history,
             "orphan tool calls": self.orphan_calls,
+            "tool errors": self.tool_errors,
             "steps redone after their tools ran": self.redone_after_tools,
         }
 
@@ -517,12 +521,16 @@ async def count(chaos: ChaosStack, run_ids: list[str], *, unsettled: int = 0) ->
             for c in m["contents"]
             if c.get("type") == "function_result"
         }
-        counts.tool_errors += sum(
-            1
+        errors = [
+            c["error"]
             for m in unique
             for c in m["contents"]
-            if c.get("type") == "function_result" and c.get("error")
-        )
+            if c.get("type") == "function_result"
+            and c.get("error")
+            and not c["error"].startswith("outcome unknown")
+        ]
+        counts.tool_errors += len(errors)
+        counts.tool_error_texts.update(errors)
         counts.orphan_calls += sum(
             1
             for m in unique

@@ -8,16 +8,19 @@ from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import nats
 import pytest
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
+from opentelemetry import trace
+from structlog.testing import capture_logs
 
 from runbus import subjects
+from runbus.bus import Bus
 from runbus.headers import RunContext
-from runbus.messages import encode
+from runbus.messages import FunctionCallContent, encode
 from runbus.messages.tools import (
     TOOL_CATALOG_DECODER,
     TOOL_INVOKED_DECODER,
@@ -28,6 +31,8 @@ from runbus.messages.tools import (
 )
 from runbus_examples.travel import fare, ledger
 from runbus_examples.travel import tools as travel
+from runbus_gateway.approvals import Approvals
+from runbus_gateway.ports import BusPorts
 from runbus_tool_executor.calls import CALL_RECORD_DECODER, call_key
 from runbus_tool_executor.catalog import entry_for
 from runbus_tool_executor.documents import tools as documents
@@ -77,6 +82,14 @@ async def work(ms: int) -> int:
     began["work"] += 1
     await take_time(ms / 1000)
     return ms
+
+
+@ops.tool(timeout=10.0)
+async def fetch(ticket: str) -> str:
+    """Reads something (no side effect): waits for the test's gate named `ticket`."""
+    began["fetch"] += 1
+    await gates[ticket].wait()
+    return f"fetched {ticket}"
 
 
 @ops.tool(tenants=["globex"])
@@ -298,6 +311,74 @@ async def test_a_call_retried_after_the_replica_that_ran_it_died_returns_the_rec
     assert retried.result.result == {"charged": 40, "ticket": "t-1"}
     assert done["charge"] == 1
     assert handled(second) == 1
+
+
+def gateway_ports(nc: NATS, request_timeout: float = 30.0) -> BusPorts:
+    """The gateway's own way of calling tools (heartbeats, tries again), on `nc`."""
+    bus = Bus(nc, trace.get_tracer("test"), request_timeout=request_timeout)
+    return BusPorts(bus, cast(Approvals, None))  # these calls need no approval
+
+
+async def test_a_side_effecting_call_whose_caller_left_runs_to_its_end_and_is_replayed(
+    start: Start, nc: NATS
+) -> None:
+    replica = await start(ops)
+    gates["t-left"] = asyncio.Event()
+    ports = gateway_ports(nc)
+    charge_call = FunctionCallContent(
+        call_id="call-left", name="charge", arguments={"amount": 12, "ticket": "t-left"}
+    )
+    caller = asyncio.ensure_future(ports.invoke_tool(ALICE, charge_call))
+    await eventually(lambda: handled(replica) == 1)
+    # The gateway stops listening mid-charge (its process died, or it gave up): the replica's
+    # next heartbeat finds nobody waiting and its request handler ends.
+    caller.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    await eventually(lambda: not replica._tasks, what="the handler gave up on its caller")
+    assert done["charge"] == 0
+
+    gates["t-left"].set()
+    await _until_recorded(nc, ALICE.run_id, "call-left")
+    repeated = await ports.invoke_tool(ALICE, charge_call)  # as the resumed run sends it
+
+    assert done["charge"] == 1
+    assert repeated.replayed
+    assert repeated.result.result == {"charged": 12, "ticket": "t-left"}
+
+
+async def test_a_call_whose_replica_died_is_sent_again_and_the_model_gets_the_result(
+    start: Start, nc: NATS
+) -> None:
+    first = await start(ops)
+    gates["t-died"] = asyncio.Event()
+    # A short idle timeout: the gateway notices the silent replica within about a second.
+    ports = gateway_ports(nc, request_timeout=1.0)
+    fetch_call = FunctionCallContent(call_id="c-died", name="fetch", arguments={"ticket": "t-died"})
+    pending = asyncio.ensure_future(ports.invoke_tool(ALICE, fetch_call))
+    await eventually(lambda: began["fetch"] == 1)
+    await start(ops)
+    await first.nc.close()  # dies mid-call, without a goodbye
+    gates["t-died"].set()  # the replica left standing answers at once
+
+    reply = await pending
+
+    assert reply.result.error is None
+    assert reply.result.result == "fetched t-died"
+    assert began["fetch"] == 2
+
+
+async def test_a_tool_no_replica_serves_is_an_error_for_the_model_without_tries_again(
+    nc: NATS,
+) -> None:
+    ports = gateway_ports(nc, request_timeout=1.0)
+    with capture_logs() as logs:
+        reply = await ports.invoke_tool(
+            ALICE, FunctionCallContent(call_id="c-none", name="nobody_serves_this", arguments={})
+        )
+
+    assert reply.result.error == "no service answers on 'runbus.tools.nobody_serves_this.invoke'"
+    assert not [e for e in logs if e["event"] == "tool_call_sent_again"]
 
 
 @pytest.mark.slow

@@ -94,6 +94,15 @@ async def slow(seconds: float) -> str:
     return "done"
 
 
+@registry.tool(side_effect=True, timeout=5.0)
+async def transfer(seconds: float) -> str:
+    """Moves money, taking its time."""
+    ran["transfer"] += 1
+    await take_time(seconds)
+    ran["transferred"] += 1
+    return "transferred"
+
+
 @registry.tool(agents=["billing"], tenants=["acme"])
 def invoice() -> str:
     """Only for the billing agent of acme."""
@@ -506,6 +515,45 @@ async def test_cancelling_a_run_stops_its_calls_and_only_its_calls() -> None:
     assert cancelled == 1
     assert (await mine).result.error == "not finished: the run was cancelled."
     assert (await theirs).result.result == "done"
+
+
+async def test_a_side_effecting_call_runs_on_and_is_recorded_when_its_caller_leaves() -> None:
+    store = MemoryCallStore()
+    ex = executor(store=store)
+    caller = asyncio.create_task(call(ex, "transfer", {"seconds": 0.2}))
+    await eventually(lambda: ran["transfer"] == 1)
+
+    caller.cancel()  # what the service does when the caller stops listening
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    await ex.finish_started()
+    record, _ = store.records[call_key("acme", "alice", "r-1", "call-1")]
+    repeated = await call(ex, "transfer", {"seconds": 0.2})
+
+    assert ran["transferred"] == 1
+    assert record.state == "done"
+    assert record.result is not None
+    assert record.result.result == "transferred"
+    assert repeated.replayed
+    assert repeated.result.result == "transferred"
+    assert ran["transfer"] == 1
+
+
+async def test_cancelling_the_run_still_cuts_a_side_effecting_call_short() -> None:
+    store = MemoryCallStore()
+    ex = executor(store=store)
+    mine = asyncio.create_task(call(ex, "transfer", {"seconds": 3}))
+    await eventually(lambda: ran["transfer"] == 1)
+
+    assert ex.cancel_run(ALICE.prop("tenant"), ALICE.prop("user_id"), "r-1") == 1
+    reply = await mine
+    record, _ = store.records[call_key("acme", "alice", "r-1", "call-1")]
+
+    assert reply.result.error == (
+        "not finished: the run was cancelled. It may or may not have taken effect."
+    )
+    assert record.state == "done"
+    assert ran["transferred"] == 0
 
 
 async def test_a_tool_limited_to_some_agents_and_tenants_is_not_available_to_others() -> None:

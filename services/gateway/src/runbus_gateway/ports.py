@@ -3,15 +3,16 @@
 import asyncio
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import nats.errors
+import structlog
 from nats.js.api import PubAck
 from opentelemetry.trace import SpanKind
 
 from runbus import ops, subjects
 from runbus.bus import Bus
-from runbus.errors import RemoteError, Unavailable
+from runbus.errors import IdleTimeout, RemoteError, Unavailable
 from runbus.headers import MSG_ID, RunContext
 from runbus.messages import (
     ChatMessage,
@@ -54,6 +55,32 @@ from .catalog import ToolCatalogCache
 from .history_writes import store_checkpoint
 
 NO_SETTINGS = ModelSettings()
+TOOL_RETRY_PAUSES: Final = (0.2, 1.0)
+"""Seconds before the second and the third try of a tool call lost on the way."""
+
+log = structlog.get_logger()
+
+
+def tool_retry_pause(exc: Exception, tries: int, time_left: float | None) -> float | None:
+    """Seconds to wait before sending a failed tool call again after `tries` tries, or None
+    when the model gets the error now.
+
+    Only a call lost on the way goes again: its executor replica died or stalled, or NATS lost
+    the request or the reply (`IdleTimeout`), or NATS did not answer the executor in time (a
+    remote `unavailable`). The same call id again is safe: the executor runs a side-effecting
+    call at most once and answers a repeat with the recorded result. A tool no replica serves
+    (no responders) or one that refused the call is the model's to handle at once, and so is
+    a call the run's deadline leaves no time to try again.
+    """
+    lost = isinstance(exc, IdleTimeout) or (
+        isinstance(exc, RemoteError) and exc.remote_code == Unavailable.code
+    )
+    if not lost or tries > len(TOOL_RETRY_PAUSES):
+        return None
+    pause = TOOL_RETRY_PAUSES[tries - 1]
+    if time_left is not None and time_left <= pause:
+        return None
+    return pause
 
 
 def owned_run(ctx: RunContext) -> str:
@@ -165,23 +192,33 @@ class BusPorts:
         self, ctx: RunContext, call: FunctionCallContent, approval: ApprovalGrant | None = None
     ) -> ToolInvoked:
         # A tool that is down or refuses the call is something the model can react to, so it
-        # becomes an error result rather than a failed run.
-        try:
-            return await self.bus.call(
-                ops.TOOL_INVOKE.at(call.name),
-                ToolInvoke(
-                    call_id=call.call_id,
-                    name=call.name,
-                    arguments=call.arguments,
-                    approval=approval,
-                ),
-                ctx=ctx,
-                progress=True,  # a long tool is bounded by its own timeout, not the hop's
-            )
-        except (RemoteError, Unavailable) as exc:
-            # The catalogue may offer a tool that is gone: ask again next run.
-            self.catalog.forget(ctx.agent, ctx.prop("tenant"))
-            return ToolInvoked(result=FunctionResultContent(call_id=call.call_id, error=str(exc)))
+        # becomes an error result rather than a failed run; a call lost on the way is first
+        # sent again (`tool_retry_pause`).
+        invoke = ToolInvoke(
+            call_id=call.call_id, name=call.name, arguments=call.arguments, approval=approval
+        )
+        tries = 0
+        while True:
+            tries += 1
+            try:
+                return await self.bus.call(
+                    ops.TOOL_INVOKE.at(call.name),
+                    invoke,
+                    ctx=ctx,
+                    progress=True,  # a long tool is bounded by its own timeout, not the hop's
+                )
+            except (RemoteError, Unavailable) as exc:
+                pause = tool_retry_pause(exc, tries, ctx.time_left())
+                if pause is None:
+                    # The catalogue may offer a tool that is gone: ask again next run.
+                    self.catalog.forget(ctx.agent, ctx.prop("tenant"))
+                    return ToolInvoked(
+                        result=FunctionResultContent(call_id=call.call_id, error=str(exc))
+                    )
+                log.warning(
+                    "tool_call_sent_again", tool=call.name, call_id=call.call_id, error=str(exc)
+                )
+                await asyncio.sleep(pause)
 
     async def await_approval(
         self,

@@ -76,6 +76,7 @@ class Executor:
         self.replica = replica
         self.tracer = tracer or trace.get_tracer(__name__)
         self._running: dict[str, set[asyncio.Task[FunctionResultContent]]] = {}
+        self._finishing: set[asyncio.Future[FunctionResultContent]] = set()
 
     def cancel_run(self, tenant: str, user_id: str, run_id: str) -> int:
         """Stop every call of the owner's `run_id` running here; each replies that the run was
@@ -286,14 +287,33 @@ class Executor:
             return _error(call_id, _unknown(tool, now))
         if stale is not None:
             log.warning("tool_call_rerun", tool=tool.name, key=key)
-        result = await self._run(tool, parsed, ctx, call_id, approved_by, timeout)
-        try:
-            await store.finish(key, msgspec.structs.replace(record, state="done", result=result))
-        except Exception:
-            # The call ran; a retry will find it `started` and report the outcome as unknown
-            # rather than run it again.
-            log.exception("tool_call_record_failed", tool=tool.name, key=key)
-        return ToolInvoked(result=result)
+
+        async def run_and_record() -> FunctionResultContent:
+            result = await self._run(tool, parsed, ctx, call_id, approved_by, timeout)
+            try:
+                await store.finish(
+                    key, msgspec.structs.replace(record, state="done", result=result)
+                )
+            except Exception:
+                # The call ran; a retry will find it `started` and report the outcome as
+                # unknown rather than run it again.
+                log.exception("tool_call_record_failed", tool=tool.name, key=key)
+            return result
+
+        # Once started, a side-effecting call runs to its end and records its result even
+        # when its caller stops listening (a gateway that died, a reply NATS lost): the run,
+        # resumed or sending the call again, then gets that result instead of an outcome
+        # nobody knows. Only cancelling the run (`cancel_run`) cuts it short.
+        work = asyncio.ensure_future(run_and_record())
+        self._finishing.add(work)
+        work.add_done_callback(self._finishing.discard)
+        return ToolInvoked(result=await asyncio.shield(work))
+
+    async def finish_started(self) -> None:
+        """Wait for the side-effecting calls still running after their callers left, so a
+        replica that stops records their results before it closes its connection."""
+        if self._finishing:
+            await asyncio.gather(*self._finishing, return_exceptions=True)
 
     async def _settle(
         self,

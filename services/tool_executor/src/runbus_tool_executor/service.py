@@ -122,6 +122,9 @@ class ToolExecutorService(Service):
             self._refresh = None
         await super().stop()
 
+    async def on_stop(self) -> None:
+        await self.executor.finish_started()
+
     def endpoints(self) -> list[Endpoint]:
         invoke = [
             Endpoint.for_op(ops.TOOL_INVOKE.at(name), self._invoker(name)) for name in self.tools
