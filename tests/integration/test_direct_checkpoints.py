@@ -21,7 +21,12 @@ from runbus.errors import RemoteError
 from runbus.headers import RunContext
 from runbus.history_batches import MissingMessageId
 from runbus.messages import ChatMessage, HistoryLoad, RunCompleted, RunFailed, TextContent
-from runbus.messages.history import BATCH_DECODER, HISTORY_LOADED_DECODER, StoredBatch
+from runbus.messages.history import (
+    BATCH_DECODER,
+    HISTORY_LOADED_DECODER,
+    HistoryCompaction,
+    StoredBatch,
+)
 from runbus.messages.sessions import (
     SESSION_DELETED_DECODER,
     SESSION_EXPORTED_DECODER,
@@ -40,6 +45,7 @@ from runbus_gateway.auth import TokenVerifier
 from runbus_gateway.ports import BusPorts
 from runbus_gateway.service import GatewayService
 from runbus_history import store
+from runbus_history.core import COMPACTION_DECODER
 from runbus_history.service import HistoryService
 from tests.models import GatedModel, weather_then_answer
 from tests.stack import SecuredNats, start_stack
@@ -212,6 +218,72 @@ async def test_no_checkpoint_of_a_deleted_session_is_read_by_the_one_made_again_
     assert {b.incarnation for b in await stored_batches(nc, "acme", "s1")} <= {old}
     record = await ports.get_session(again)
     assert record.active_run == "r-5"
+
+
+async def stored_compactions(nc: NATS, tenant: str, session_id: str) -> list[HistoryCompaction]:
+    subject = subjects.history_compactions(tenant, session_id)
+    return [
+        COMPACTION_DECODER.decode(data) async for _, data in store.read_subject(nc, subject, 5.0)
+    ]
+
+
+def window(kept: list[str], excluded: list[str]) -> HistoryCompaction:
+    """A persisted compaction that keeps `kept` and replaces `excluded`."""
+    return HistoryCompaction(messages=[said(i) for i in kept], excluded_message_ids=excluded)
+
+
+async def test_a_persisted_compaction_goes_straight_into_the_history_stream_with_its_checkpoint(
+    history: HistoryService, ports: BusPorts, nc: NATS
+) -> None:
+    opened = await ports.open_session(ALICE, "reject")
+    incarnation = opened.record.incarnation
+    end = await ports.append_history(
+        ALICE, [said("r-1:in0"), said("r-1:m0"), said("r-1:t0")], history_end=0,
+        incarnation=incarnation,
+    )  # fmt: skip
+    assert end
+    compaction = window(["r-1:t0"], ["r-1:in0", "r-1:m0"])
+
+    after = await ports.append_history(
+        ALICE, [said("r-1:m1")], compaction=compaction, history_end=end, incarnation=incarnation
+    )
+    # A retry of the same append (the gateway died before the acks) stores neither again.
+    await ports.append_history(
+        ALICE, [said("r-1:m1")], compaction=compaction, history_end=end, incarnation=incarnation
+    )
+
+    assert appends_served(history) == 1  # the retry's, whose checkpoint was stored already
+    assert after is not None
+    assert after > end
+    assert await load(ports, ALICE) == ["r-1:t0", "r-1:m1"]
+    stored = await stored_compactions(nc, "acme", "s1")
+    assert [(c.incarnation, [m.message_id for m in c.messages]) for c in stored] == [
+        (incarnation, ["r-1:t0"])
+    ]
+
+
+async def test_no_persisted_compaction_lands_in_a_session_deleted_and_made_again(
+    history: HistoryService, ports: BusPorts, nc: NATS
+) -> None:
+    opened = await ports.open_session(ALICE, "reject")
+    old = opened.record.incarnation
+    end = await ports.append_history(
+        ALICE, [said("r-1:in0"), said("r-1:m0")], history_end=0, incarnation=old
+    )
+    assert end
+    await ports.bus.call(ops.SESSIONS_DELETE, SessionDelete(session_id="s1"), ctx=ALICE)
+    again = msgspec.structs.replace(ALICE, run_id="r-5")
+    assert (await ports.open_session(again, "reject")).created
+
+    with pytest.raises(RemoteError) as refused:
+        await ports.append_history(
+            ALICE, [said("r-1:t0")], compaction=window(["r-1:m0"], ["r-1:in0"]),
+            history_end=end, incarnation=old,
+        )  # fmt: skip
+
+    assert refused.value.remote_code == "not_found"
+    assert await stored_compactions(nc, "acme", "s1") == []
+    assert await stored_batches(nc, "acme", "s1") == []
 
 
 async def test_a_new_sessions_first_checkpoint_skips_the_history_service_too(

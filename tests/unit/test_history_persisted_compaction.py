@@ -13,7 +13,7 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from runbus.headers import RunContext
-from runbus.history_batches import messages_to_store
+from runbus.history_batches import compaction_to_store, messages_to_store
 from runbus.messages import (
     ChatMessage,
     FunctionCallContent,
@@ -69,7 +69,7 @@ class Stored:
         """What history's `on_append` stores: the compaction, then the new messages."""
         keep, _ = messages_to_store(messages)
         if compaction is not None:
-            self.entries.append(core.compaction_to_store(compaction, ""))
+            self.entries.append(compaction_to_store(compaction, ""))
         if keep:
             self.entries.append(StoredBatch(messages=keep))
         return len(self.entries)

@@ -1,11 +1,14 @@
 """What one append stores in the history stream, written the same way by the history service
-and by the gateway's direct checkpoints: which messages, and the `Nats-Msg-Id` that makes a
-retried append of them stored once."""
+and by the gateway's direct checkpoints: which messages and persisted compaction, and the
+`Nats-Msg-Id` that makes a retried append of them stored once."""
 
 import hashlib
 
+import msgspec
+
 from .errors import BadRequest
 from .messages import ChatMessage
+from .messages.history import HistoryCompaction
 
 
 class MissingMessageId(BadRequest):
@@ -36,4 +39,29 @@ def batch_id(subject: str, messages: list[ChatMessage]) -> str:
     digest = hashlib.sha256(subject.encode())
     for message in messages:
         digest.update(b"\0" + message.message_id.encode())
+    return digest.hexdigest()
+
+
+def compaction_to_store(compaction: HistoryCompaction, incarnation: str) -> HistoryCompaction:
+    """The compaction as stored for the session incarnation `incarnation`: every message has
+    an id (later appends are matched against them), none of them is also excluded."""
+    excluded = set(compaction.excluded_message_ids)
+    for index, message in enumerate(compaction.messages):
+        if not message.message_id:
+            raise MissingMessageId(index)
+    return msgspec.structs.replace(
+        compaction,
+        messages=[m for m in compaction.messages if m.message_id not in excluded],
+        incarnation=incarnation,
+    )
+
+
+def compaction_id(session_key: str, compaction: HistoryCompaction) -> str:
+    """`Nats-Msg-Id` of one persisted compaction: a retried append stores it once (whoever
+    writes it)."""
+    digest = hashlib.sha256(b"compaction\0" + session_key.encode())
+    for message in compaction.messages:
+        digest.update(b"\0" + message.message_id.encode())
+    for excluded in compaction.excluded_message_ids:
+        digest.update(b"\1" + excluded.encode())
     return digest.hexdigest()

@@ -73,6 +73,7 @@ MEMORY_WRITES_CONSUMER: Final = "memory"
 HISTORY_STREAM: Final = "RUNBUS_HISTORY"
 HISTORY_LOG_ALL: Final = f"{PREFIX}.hist.>"
 HISTORY_LOG_TEMPLATE: Final = f"{PREFIX}.hist.{{tenant}}.{{session_id}}"
+HISTORY_COMPACTIONS_TEMPLATE: Final = f"{HISTORY_LOG_TEMPLATE}.compactions"
 SESSIONS_BUCKET: Final = "RUNBUS_SESSIONS"
 
 # Start-up progress of every service process (`runbus up`, `runbus status` listen).
@@ -167,7 +168,8 @@ def history_log(tenant: str, session_id: str) -> str:
 
 def history_compactions(tenant: str, session_id: str) -> str:
     """Storage subject of one session's persisted compactions, in the history stream next to
-    its messages (internal to the history service)."""
+    its messages: written by the history service and by the gateway for the session its run
+    holds; read only by the history service."""
     return f"{PREFIX}.hist.{tenant}.{session_id}.compactions"
 
 

@@ -12,19 +12,35 @@ end a delete could move: a batch of a run whose new session was deleted meanwhil
 stored, but stamped with the incarnation the run opened, so no session made again under that
 id reads it (and the next one made purges it). A run that does not know its session's
 incarnation (one made before they were kept) sends its first append through the service.
+
+A persisted compaction goes the same way, just before the checkpoint it comes with: stored on
+the session's compactions subject on the condition that the session's messages still end at
+the sequence the run last saw (`Nats-Expected-Last-Subject-Sequence-Subject` names the
+messages' subject), so a deleted or imported session never gets it.
 """
 
 import nats.errors
+from nats.js.api import PubAck
 from nats.js.errors import APIError, NoStreamResponseError
 from opentelemetry.trace import SpanKind
 
 from runbus import subjects
 from runbus.bus import Bus
 from runbus.errors import Unavailable
-from runbus.headers import EXPECTED_LAST_SUBJECT_SEQUENCE, MSG_ID, RunContext
-from runbus.history_batches import batch_id, messages_to_store
+from runbus.headers import (
+    EXPECTED_LAST_SUBJECT_SEQUENCE,
+    EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT,
+    MSG_ID,
+    RunContext,
+)
+from runbus.history_batches import (
+    batch_id,
+    compaction_id,
+    compaction_to_store,
+    messages_to_store,
+)
 from runbus.messages import ChatMessage
-from runbus.messages.history import BATCH_ENCODER, StoredBatch
+from runbus.messages.history import BATCH_ENCODER, HistoryCompaction, StoredBatch
 from runbus.telemetry import messaging_attributes
 
 WRONG_LAST_SEQUENCE = 10071
@@ -47,13 +63,41 @@ async def store_checkpoint(
         MSG_ID: batch_id(subject, to_store),
         EXPECTED_LAST_SUBJECT_SEQUENCE: str(history_end),
     }
+    ack = await _publish(bus, ctx, subjects.HISTORY_LOG_TEMPLATE, subject, data, headers)
+    return None if ack is None or ack.duplicate else ack.seq
+
+
+async def store_compaction(
+    bus: Bus, ctx: RunContext, compaction: HistoryCompaction, history_end: int, incarnation: str
+) -> bool:
+    """Store a persisted compaction for the session incarnation `incarnation`, whose stored
+    messages end at `history_end`; False if they no longer do (the append must go through the
+    history service). Stored before the messages of its append: a load takes the latest
+    compaction, then what was stored after it."""
+    stored = compaction_to_store(compaction, incarnation)
+    tenant = ctx.prop("tenant")
+    subject = subjects.history_compactions(tenant, ctx.session_id)
+    headers = {
+        MSG_ID: compaction_id(subject, stored),
+        EXPECTED_LAST_SUBJECT_SEQUENCE: str(history_end),
+        EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT: subjects.history_log(tenant, ctx.session_id),
+    }
+    data = BATCH_ENCODER.encode(stored)
+    template = subjects.HISTORY_COMPACTIONS_TEMPLATE
+    return await _publish(bus, ctx, template, subject, data, headers) is not None
+
+
+async def _publish(
+    bus: Bus, ctx: RunContext, template: str, subject: str, data: bytes, headers: dict[str, str]
+) -> PubAck | None:
+    """The stream's ack, or None when the expected last sequence did not hold."""
     with bus.tracer.start_as_current_span(
-        f"send {subjects.HISTORY_LOG_TEMPLATE}",
+        f"send {template}",
         kind=SpanKind.PRODUCER,
         attributes=messaging_attributes(subject, "send", message_size=len(data)),
     ):
         try:
-            ack = await bus.stream_publish(subject, data, headers)
+            return await bus.stream_publish(subject, data, headers)
         except APIError as exc:
             if exc.err_code == WRONG_LAST_SEQUENCE:
                 return None
@@ -63,4 +107,3 @@ async def store_checkpoint(
                 f"the history stream did not confirm a checkpoint of run {ctx.run_id!r} "
                 f"({type(exc).__name__})"
             ) from None
-    return None if ack.duplicate else ack.seq

@@ -52,7 +52,7 @@ from runbus.telemetry import inject, messaging_attributes
 from .agents import CompactionPolicy, MemoryPolicy
 from .approvals import Approvals
 from .catalog import ToolCatalogCache
-from .history_writes import store_checkpoint
+from .history_writes import store_checkpoint, store_compaction
 
 NO_SETTINGS = ModelSettings()
 TOOL_RETRY_PAUSES: Final = (0.2, 1.0)
@@ -247,12 +247,19 @@ class BusPorts:
         history_end: int | None = None,
         incarnation: str = "",
     ) -> int | None:
-        # A checkpoint that only stores messages goes straight into the history stream; the
-        # release (a session record write) and a persisted compaction go through the service,
-        # and so does the first of a session that has no incarnation (history_writes.py).
+        # A checkpoint goes straight into the history stream, with the persisted compaction it
+        # carries; the release (a session record write) goes through the service, and so does
+        # the first of a session that has no incarnation (history_writes.py).
         unstamped_first = history_end == 0 and not incarnation
-        through_service = release or compaction is not None or unstamped_first
-        if history_end is not None and not through_service:
+        if (
+            history_end is not None
+            and not release
+            and not unstamped_first
+            and (
+                compaction is None
+                or await store_compaction(self.bus, ctx, compaction, history_end, incarnation)
+            )
+        ):
             end = await store_checkpoint(self.bus, ctx, messages, history_end, incarnation)
             if end is not None:
                 return end

@@ -1,14 +1,12 @@
 """History rules without a bus: what to store, how loaded history is repaired and stamped,
 who may see a session, how a run claims one."""
 
-import hashlib
 import secrets
 from collections.abc import Callable
 from datetime import UTC, datetime
 
 import msgspec
 
-from runbus.history_batches import MissingMessageId
 from runbus.messages import ChatMessage, FunctionResultContent
 from runbus.messages.history import REPAIR_SUFFIX, HistoryCompaction, StoredBatch
 from runbus.messages.sessions import ConcurrencyPolicy, SessionRecord, StoredCompaction
@@ -38,30 +36,6 @@ def appendable(record: SessionRecord, incarnation: str) -> bool:
     """Whether a run that opened the session's incarnation `incarnation` (empty: unknown) may
     still append to `record`: not once the session it opened was deleted and made again."""
     return of_incarnation(incarnation, record.incarnation)
-
-
-def compaction_to_store(compaction: HistoryCompaction, incarnation: str) -> HistoryCompaction:
-    """The compaction as stored for the session incarnation `incarnation`: every message has
-    an id (later appends are matched against them), none of them is also excluded."""
-    excluded = set(compaction.excluded_message_ids)
-    for index, message in enumerate(compaction.messages):
-        if not message.message_id:
-            raise MissingMessageId(index)
-    return msgspec.structs.replace(
-        compaction,
-        messages=[m for m in compaction.messages if m.message_id not in excluded],
-        incarnation=incarnation,
-    )
-
-
-def compaction_id(session_key: str, compaction: HistoryCompaction) -> str:
-    """De-duplication id of one persisted compaction (a retried append stores it once)."""
-    digest = hashlib.sha256(b"compaction\0" + session_key.encode())
-    for message in compaction.messages:
-        digest.update(b"\0" + message.message_id.encode())
-    for excluded in compaction.excluded_message_ids:
-        digest.update(b"\1" + excluded.encode())
-    return digest.hexdigest()
 
 
 def loaded(

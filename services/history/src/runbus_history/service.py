@@ -13,7 +13,12 @@ from opentelemetry.sdk.trace import TracerProvider
 from runbus import ops, subjects
 from runbus.errors import RunbusError
 from runbus.headers import RunContext
-from runbus.history_batches import batch_id, messages_to_store
+from runbus.history_batches import (
+    batch_id,
+    compaction_id,
+    compaction_to_store,
+    messages_to_store,
+)
 from runbus.messages import (
     ChatMessage,
     HistoryAppend,
@@ -206,13 +211,13 @@ class HistoryService(Service):
             # It covers every message the run had when it was made, stored earlier or in this
             # append (found in it again, or excluded by it); what this append adds beyond it
             # (the reply the model gave after it) must be read after it.
-            compaction = core.compaction_to_store(request.compaction, incarnation)
+            compaction = compaction_to_store(request.compaction, incarnation)
             markers = subjects.history_compactions(who.tenant, request.session_id)
             await store.append(
                 self.nc,
                 markers,
                 BATCH_ENCODER.encode(compaction),
-                core.compaction_id(markers, compaction),
+                compaction_id(markers, compaction),
             )
         stored, end = 0, None
         if to_store:
@@ -364,9 +369,9 @@ class HistoryService(Service):
                 data = BATCH_ENCODER.encode(batch)
                 await store.append(self.nc, subject, data, nonce + batch_id(subject, part))
             else:
-                compaction = core.compaction_to_store(part, created.incarnation)
+                compaction = compaction_to_store(part, created.incarnation)
                 data = BATCH_ENCODER.encode(compaction)
-                msg_id = nonce + core.compaction_id(markers, compaction)
+                msg_id = nonce + compaction_id(markers, compaction)
                 await store.append(self.nc, markers, data, msg_id)
         return SessionInfo(record=created)
 
