@@ -851,8 +851,8 @@ def resume_section(results: dict[str, Any]) -> list[str]:
             f"Processes: the gateway SIGKILLed while the run waited on a 1 s tool, a new gateway "
             f"started at once (ready after {processes['new_gateway_ready_s']:.1f} s): "
             f"**{processes['kill_to_completed_s']:.1f} s** from the kill to `run.completed`, "
-            f"with the gateway's ack_wait of {processes['ack_wait_s']:g} s (not settable from "
-            "the environment, so the processes run with the default).",
+            f"with the gateway's ack_wait of {processes['ack_wait_s']:g} s "
+            "(`RUNBUS_RUN_ACK_WAIT`, left at its default).",
             "",
         ]
     if lowered:

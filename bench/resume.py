@@ -75,7 +75,7 @@ async def in_process(ack_wait: float, trials: int) -> dict[str, Any]:
         ScriptedReply(tool_calls=[ScriptedCall("wait_a_moment", {"seconds": TOOL_SECONDS})]),
         ScriptedReply(text="Resumed: {last_result}"),
     ]
-    # A server of its own: the durable run consumer keeps the ack_wait it was created with.
+    # A server of its own: the run consumer's ack_wait is the last started gateway's.
     with tempfile.TemporaryDirectory() as tmp, EmbeddedNats(Path(tmp) / "js") as server:
         samples = await _kill_and_resume(server.url, Path(tmp), ack_wait, trials, agent, script)
     return {

@@ -8,6 +8,7 @@ from pathlib import Path
 import msgspec
 import nats
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
 
 from runbus import subjects
 from runbus.client import RunbusClient
@@ -21,6 +22,7 @@ from runbus.messages import (
 )
 from runbus.messages.history import HISTORY_LOADED_DECODER
 from runbus.messages.runs import RUN_INFO_DECODER, RUN_LISTED_DECODER, RunGet, RunList
+from runbus.settings import load_settings
 from runbus_examples import AGENTS_DIR, travel
 from runbus_gateway.agents import load_agents
 from runbus_gateway.auth import TokenVerifier
@@ -89,6 +91,46 @@ async def test_run_of_a_dead_gateway_resumes_elsewhere_without_repeating_finishe
     assert weather_calls == 2
     ids = [m.message_id for m in loaded.messages]
     assert ids == [f"{run_id}:{part}" for part in ("in0", "m0", "t0", "m1")]
+
+
+async def test_run_ack_wait_from_the_environment_sets_how_soon_a_dead_gateways_run_resumes(
+    nats_server: SecuredNats, tmp_path: Path, alice: RunbusClient
+) -> None:
+    """The first gateway makes the run consumer with the default ack wait (30 s) and takes a
+    run; a replica started meanwhile with `RUNBUS_RUN_ACK_WAIT=3` brings the consumer to 3 s,
+    so that run, its gateway killed, resumes within seconds rather than half a minute."""
+    agents_dir = tmp_path / "agents"
+    agents_dir.mkdir()
+    travel_toml = (AGENTS_DIR / "travel.toml").read_text()
+    (agents_dir / "travel.toml").write_text(travel_toml.replace('"offline"', '"gated"'))
+    model = GatedModel(weather_then_answer, hold={1})
+    async with start_stack(
+        nats_server.url, data_dir=tmp_path, agents=AGENTS, routes={"gated": model}
+    ) as stack:
+        run_id = await alice.start("travel", "Weather?", session_id="quick")
+        await asyncio.wait_for(model.reached.wait(), 10)  # the only gateway runs it
+        settings = load_settings({"RUNBUS_RUN_ACK_WAIT": "3", "RUNBUS_AGENTS_DIR": str(agents_dir)})
+        nc = await nats.connect(nats_server.url)
+        second = GatewayService.from_settings(nc, settings, TracerProvider())
+        await second.start()
+        try:
+            info = await nc.jetstream().consumer_info(subjects.RUNS_STREAM, subjects.RUNS_CONSUMER)
+            assert info.config.ack_wait == 3
+            first = stack.services["gateway"]
+            model.hold.clear()
+            await first.nc.close()  # the replica running it vanishes: no ack, no cleanup
+            model.release.set()
+
+            finals = [
+                i.event
+                async for i in alice.follow(run_id, timeout=15)
+                if isinstance(i.event, RunCompleted | RunFailed)
+            ]
+        finally:
+            await second.stop()
+            await nc.drain()
+
+    assert [type(f) for f in finals] == [RunCompleted]
 
 
 def book_then_answer(request: ModelRequest, step: int) -> ChatMessage:

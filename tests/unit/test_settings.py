@@ -31,8 +31,10 @@ def test_variables_are_converted_to_their_field_types() -> None:
             "RUNBUS_RUN_TIMEOUT": "2.5",
             "RUNBUS_REQUEST_TIMEOUT": "1",
             "RUNBUS_CLIENT_CREDENTIAL_TTL": "60",
+            "RUNBUS_RUN_ACK_WAIT": "10",
         }
     )
+    assert settings.run_ack_wait == 10
 
     assert settings.nats_url == "nats://10.0.0.5:4222"
     assert str(settings.data_path) == "/var/lib/runbus"
@@ -65,6 +67,8 @@ def test_an_unknown_runbus_variable_stops_start_naming_it(variable: str) -> None
         ("RUNBUS_CLIENT_CREDENTIAL_TTL", "0"),
         ("RUNBUS_CLIENT_CREDENTIAL_TTL", "-300"),
         ("RUNBUS_CLIENT_CREDENTIAL_TTL", "5m"),
+        ("RUNBUS_RUN_ACK_WAIT", "1"),
+        ("RUNBUS_RUN_ACK_WAIT", "7200"),
     ],
 )
 def test_a_bad_value_stops_start_naming_the_variable(variable: str, value: str) -> None:

@@ -11,10 +11,11 @@ has no responders): it logs that and pulls again.
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 import nats.errors
+import nats.js.errors
 import structlog
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
@@ -120,7 +121,17 @@ class DurableConsumer:
         self._handling: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
-        self._subscription = await self.nc.jetstream().pull_subscribe(
+        js = self.nc.jetstream()
+        config = replace(
+            self.spec.config, durable_name=self.spec.durable, filter_subject=self.spec.subject
+        )
+        try:
+            # Create the consumer, or bring an existing one's settings (its ack wait) to this
+            # replica's: `pull_subscribe` alone keeps an existing consumer as it was made.
+            await js.add_consumer(self.spec.stream, config)
+        except nats.js.errors.APIError as exc:
+            log.warning("consumer_config_not_updated", consumer=self.spec.durable, error=str(exc))
+        self._subscription = await js.pull_subscribe(
             self.spec.subject,
             durable=self.spec.durable,
             stream=self.spec.stream,

@@ -64,6 +64,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     """Gateway: per-tenant exceptions to `tenant_run_limit`, e.g. `acme=4,globex=16`."""
     run_timeout: Annotated[float, msgspec.Meta(gt=0)] = 300.0
     """Gateway: seconds a run may take; becomes the `rb-deadline` every hop honours."""
+    run_ack_wait: Annotated[float, msgspec.Meta(ge=3, le=3600)] = 30.0
+    """Gateway: seconds a run request may go unconfirmed before JetStream hands it to another
+    replica, so how soon a run whose gateway died resumes elsewhere; a live gateway confirms
+    each of its runs every third of it (shorter: quicker resume, more confirmations, and a
+    stalled gateway's runs taken over sooner). Every replica should use the same value: the
+    one that starts last sets it."""
     request_timeout: Annotated[float, msgspec.Meta(gt=0)] = 30.0
     """Seconds one request/reply hop may take (capped by the deadline)."""
     history_max_age: Annotated[float, msgspec.Meta(ge=0)] = 0.0

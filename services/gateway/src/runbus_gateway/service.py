@@ -96,6 +96,7 @@ class GatewayService(Service):
             ),
             run_concurrency=settings.run_concurrency,
             run_timeout=settings.run_timeout,
+            ack_wait=settings.run_ack_wait,
             replicas=settings.stream_replicas,
             tenant_limits=limits,
             options=ServiceOptions(
