@@ -98,6 +98,48 @@ async def test_approval_pauses_the_run_across_a_restart_of_every_service_and_boo
     assert again.value.remote_code == "conflict"
 
 
+def book_as_asked(request: ModelRequest, step: int):  # type: ignore[no-untyped-def]
+    """Business (which needs a person's approval) when the question says so, else a cheap
+    economy fare (which does not)."""
+    asked = next(m.text for m in request.messages if m.role == "user")
+    if "business" in asked:
+        return book("business")(request, step)
+    return book("economy", "QF431-20260310")(request, step)
+
+
+async def test_runs_waiting_for_a_person_leave_the_replicas_run_slots_to_other_runs(
+    nats_server: SecuredNats, tmp_path: Path, alice: RunbusClient
+) -> None:
+    model = GatedModel(book_as_asked)
+    async with start_stack(
+        nats_server.url,
+        data_dir=tmp_path,
+        agents=AGENTS,
+        routes={"gated": model},
+        gateway_options={**GATEWAY, "run_concurrency": 1},
+    ):
+        # Two runs wait for a person on a replica that runs one run at a time ...
+        waiting = [
+            await alice.start("travel", "Book QF412 in business", session_id=f"park-{n}")
+            for n in range(2)
+        ]
+        asked = [await approval_requested(alice, run_id) for run_id in waiting]
+        # ... and a third, needing nobody, still runs to its end meanwhile.
+        quick = await alice.start("travel", "Book QF431 in economy", session_id="park-quick")
+        quick_final = await _final(alice, quick)
+        for run_id, request in zip(waiting, asked, strict=True):
+            await alice.call(
+                "approvals.decide",
+                ApprovalDecide(run_id=run_id, call_id=request.call_id, decision="approved"),
+                APPROVAL_DECIDED_DECODER,
+            )
+        finals = [await _final(alice, run_id) for run_id in waiting]
+
+    assert isinstance(quick_final, RunCompleted)
+    assert all(isinstance(f, RunCompleted) for f in finals), finals
+    assert [ledger.count(r) for r in [*waiting, quick]] == [1, 1, 1]
+
+
 async def test_a_denied_call_is_a_result_the_model_reads_and_nothing_is_booked(
     nats_server: SecuredNats, tmp_path: Path, alice: RunbusClient, bob_client: RunbusClient
 ) -> None:

@@ -6,8 +6,8 @@ owner's run)."""
 import asyncio
 import contextlib
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Final
+from dataclasses import dataclass, field
+from typing import Final, Literal
 
 import structlog
 
@@ -31,10 +31,13 @@ log = structlog.get_logger()
 
 @dataclass(frozen=True)
 class Slots:
-    """This replica's run slots, and the places a run queued for its tenant parks in instead."""
+    """This replica's run slots, and the places a run parks in instead while it waits (queued
+    for its tenant, or for a person's decision)."""
 
     running: asyncio.Semaphore
     parked: asyncio.Semaphore
+    returning: set[asyncio.Task[Literal[True]]] = field(default_factory=set)
+    """Slots being taken back for runs that ended while they waited for one."""
 
 
 class LocalRun:
@@ -65,6 +68,8 @@ class LocalRun:
         self._queued = False
         self._cancelled = False
         self._waiting = 0
+        self._lent = False
+        """Whether the run lent its run slot out while it waits for a person."""
 
     @property
     def run_id(self) -> str:
@@ -166,14 +171,45 @@ class LocalRun:
             log.info("run_cancelling", run_id=self.run_id)
 
     async def on_waiting(self, waiting: bool) -> None:
-        """`waiting_approval` while any call of the run waits for a person, else `running`."""
+        """`waiting_approval` while any call of the run waits for a person, else `running`.
+
+        Meanwhile the run lends its run slot out, as a queued run does: runs waiting for
+        people, who may take hours, do not stop this replica from running others (up to
+        `PARKED_PER_SLOT` per slot; past that a waiting run keeps its slot).
+        """
         self._waiting += 1 if waiting else -1
         if self._waiting != (1 if waiting else 0):
             return  # the status only changes on the first wait and the last decision
+        if waiting:
+            await self._lend_slot()
+        else:
+            await self._take_slot_back()
         if self.cancelled():
             return  # its final status (`cancelled`) is the bookkeeping's to write
         with contextlib.suppress(Exception):
             await self.set_status("waiting_approval" if waiting else "running")
+
+    async def _lend_slot(self) -> None:
+        if self._lent or self._slots.parked.locked():
+            return
+        await self._slots.parked.acquire()  # free: returns at once
+        self._slots.running.release()
+        self._lent = True
+
+    async def _take_slot_back(self) -> None:
+        """Wait for a run slot again (the replica may be full). Cancelled meanwhile (the run
+        was cancelled or cut off), the slot is still taken back once one frees, so the
+        consumer's release of it when the run ends never counts one too many."""
+        if not self._lent:
+            return
+        self._lent = False
+        taking = asyncio.ensure_future(self._slots.running.acquire())
+        self._slots.returning.add(taking)
+        taking.add_done_callback(self._slots.returning.discard)
+        try:
+            await asyncio.shield(taking)
+        finally:
+            self._slots.parked.release()
 
 
 class LocalRuns:
