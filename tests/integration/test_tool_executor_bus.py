@@ -365,7 +365,7 @@ async def test_a_call_whose_replica_died_is_sent_again_and_the_model_gets_the_re
 
     assert reply.result.error is None
     assert reply.result.result == "fetched t-died"
-    assert began["fetch"] == 2
+    assert began["fetch"] >= 2  # a third try only if the survivor was slower than 1 s
 
 
 async def test_a_tool_no_replica_serves_is_an_error_for_the_model_without_tries_again(
