@@ -88,3 +88,34 @@ async def test_a_run_cut_off_while_it_waits_for_its_slot_back_leaves_the_count_r
 
     assert await free(slots.running) == 1
     assert not slots.returning
+
+
+async def test_a_waiting_run_cut_off_by_a_draining_replica_ends_without_waiting_for_a_slot() -> (
+    None
+):
+    slots = Slots(running=asyncio.Semaphore(1), parked=asyncio.Semaphore(4))
+    await slots.running.acquire()
+    run = waiting_run(slots)
+    lent = asyncio.Event()
+
+    async def wait_for_a_person() -> None:
+        await run.on_waiting(True)
+        lent.set()
+        try:
+            await asyncio.Event().wait()  # nobody decides
+        finally:
+            await run.on_waiting(False)
+
+    waiting = asyncio.ensure_future(wait_for_a_person())
+    await lent.wait()
+    await slots.running.acquire()  # the draining replica holds every slot
+    waiting.cancel()  # and cuts the run off
+    ended, _ = await asyncio.wait({waiting}, timeout=5)  # returns as soon as it ends
+    assert ended == {waiting}, "the run waited for a slot the draining replica holds"
+    assert waiting.cancelled()
+    slots.running.release()  # (were the replica to go on:) a slot frees ...
+    await asyncio.gather(*slots.returning)  # ... and goes to the run that was cut off
+    slots.running.release()  # whose end the consumer counts
+
+    assert await free(slots.parked) == 4
+    assert await free(slots.running) == 1

@@ -39,6 +39,33 @@ class Slots:
     returning: set[asyncio.Task[Literal[True]]] = field(default_factory=set)
     """Slots being taken back for runs that ended while they waited for one."""
 
+    async def lend(self) -> bool:
+        """Give out the run slot the calling run holds and take a parked place instead, if
+        one is free; whether it did."""
+        if self.parked.locked():
+            return False
+        await self.parked.acquire()  # free: returns at once
+        self.running.release()
+        return True
+
+    async def take_back(self) -> None:
+        """Hold a run slot again in place of the parked one that `lend` took.
+
+        A run that goes on waits for a slot (the replica may be full). A run that is ending
+        (cancelled, or cut off by a draining replica, which holds every slot) does not wait:
+        its slot is taken back in the background once one frees, so the consumer's release of
+        it when the run ends never counts one too many.
+        """
+        taking = asyncio.ensure_future(self.running.acquire())
+        self.returning.add(taking)
+        taking.add_done_callback(self.returning.discard)
+        try:
+            current = asyncio.current_task()
+            if current is None or not current.cancelling():
+                await asyncio.shield(taking)
+        finally:
+            self.parked.release()
+
 
 class LocalRun:
     def __init__(
@@ -107,10 +134,7 @@ class LocalRun:
         if not await tenants.try_acquire(tenant, self.lease_key):
             log.info("run_queued", run_id=self.run_id, tenant=tenant)
             await self.set_status("queued")
-            parked = not self._slots.parked.locked()
-            if parked:
-                await self._slots.parked.acquire()
-                self._slots.running.release()
+            parked = await self._slots.lend()
             self._queued = True
             try:
                 # Polled rather than watched: a slot frees when any replica's run ends, and
@@ -124,8 +148,7 @@ class LocalRun:
             finally:
                 self._queued = False
                 if parked:
-                    await self._slots.running.acquire()
-                    self._slots.parked.release()
+                    await self._slots.take_back()
         self._lease = asyncio.create_task(self._renew(tenants))
 
     async def _renew(self, tenants: TenantSlots) -> None:
@@ -190,26 +213,13 @@ class LocalRun:
             await self.set_status("waiting_approval" if waiting else "running")
 
     async def _lend_slot(self) -> None:
-        if self._lent or self._slots.parked.locked():
-            return
-        await self._slots.parked.acquire()  # free: returns at once
-        self._slots.running.release()
-        self._lent = True
+        if not self._lent:
+            self._lent = await self._slots.lend()
 
     async def _take_slot_back(self) -> None:
-        """Wait for a run slot again (the replica may be full). Cancelled meanwhile (the run
-        was cancelled or cut off), the slot is still taken back once one frees, so the
-        consumer's release of it when the run ends never counts one too many."""
-        if not self._lent:
-            return
-        self._lent = False
-        taking = asyncio.ensure_future(self._slots.running.acquire())
-        self._slots.returning.add(taking)
-        taking.add_done_callback(self._slots.returning.discard)
-        try:
-            await asyncio.shield(taking)
-        finally:
-            self._slots.parked.release()
+        if self._lent:
+            self._lent = False
+            await self._slots.take_back()
 
 
 class LocalRuns:
