@@ -7,6 +7,7 @@ from typing import Any, cast
 import pytest
 
 from runbus_gateway.local_run import LocalRun, Slots
+from tests.helpers import eventually
 
 
 def waiting_run(slots: Slots) -> LocalRun:
@@ -77,7 +78,7 @@ async def test_a_run_cut_off_while_it_waits_for_its_slot_back_leaves_the_count_r
     await slots.running.acquire()  # another run took the lent slot
 
     decided = asyncio.ensure_future(run.on_waiting(False))
-    await asyncio.sleep(0)  # one turn of the loop: it now waits for a slot
+    await eventually(lambda: slots.returning, what="the run waiting for its slot back")
     decided.cancel()  # the run is cut off meanwhile
     with pytest.raises(asyncio.CancelledError):
         await decided
