@@ -103,23 +103,29 @@ async def load(ports: BusPorts, ctx: RunContext) -> list[str]:
     return [m.message_id for m in loaded.messages]
 
 
-async def test_checkpoints_after_the_first_skip_the_history_service_and_load_as_before(
+async def test_checkpoints_skip_the_history_service_and_load_as_before(
     history: HistoryService, ports: BusPorts, nc: NATS
 ) -> None:
     opened = await ports.open_session(ALICE, "reject")
-    assert opened.history_end == 0  # nothing stored: the first append goes through history
+    assert opened.history_end == 0
+    incarnation = opened.record.incarnation
 
-    first = await ports.append_history(ALICE, [said("r-1:in0"), said("r-1:m0")], history_end=0)
+    first = await ports.append_history(
+        ALICE, [said("r-1:in0"), said("r-1:m0")], history_end=0, incarnation=incarnation
+    )
     assert first
-    second = await ports.append_history(ALICE, [said("r-1:t0"), said("r-1:m1")], history_end=first)
-    assert appends_served(history) == 1
+    second = await ports.append_history(
+        ALICE, [said("r-1:t0"), said("r-1:m1")], history_end=first, incarnation=incarnation
+    )
+    assert appends_served(history) == 0
     assert second is not None
     assert second > first
     await ports.append_history(
-        ALICE, [said("r-1:t1"), said("r-1:m2")], release=True, history_length=6, history_end=second
-    )
+        ALICE, [said("r-1:t1"), said("r-1:m2")], release=True, history_length=6,
+        history_end=second, incarnation=incarnation,
+    )  # fmt: skip
 
-    assert appends_served(history) == 2
+    assert appends_served(history) == 1
     assert await load(ports, ALICE) == [f"r-1:{p}" for p in ("in0", "m0", "t0", "m1", "t1", "m2")]
     record = await ports.get_session(ALICE)
     assert (record.active_run, record.history_length) == (None, 6)
@@ -132,14 +138,16 @@ async def test_checkpoints_after_the_first_skip_the_history_service_and_load_as_
 async def test_a_retried_direct_checkpoint_is_stored_once(
     history: HistoryService, ports: BusPorts, nc: NATS
 ) -> None:
-    await ports.open_session(ALICE, "reject")
-    end = await ports.append_history(ALICE, [said("r-1:in0")], history_end=0)
+    incarnation = (await ports.open_session(ALICE, "reject")).record.incarnation
+    end = await ports.append_history(
+        ALICE, [said("r-1:in0")], history_end=0, incarnation=incarnation
+    )
     batch = [said("r-1:m0"), said("r-1:t0")]
-    after = await ports.append_history(ALICE, batch, history_end=end)
+    after = await ports.append_history(ALICE, batch, history_end=end, incarnation=incarnation)
 
     # The gateway died before it heard the ack; the resumed run stores the same batch again.
     for seen in (end, after):
-        await ports.append_history(ALICE, batch, history_end=seen)
+        await ports.append_history(ALICE, batch, history_end=seen, incarnation=incarnation)
 
     assert stored_ids(await stored_batches(nc, "acme", "s1")) == ["r-1:in0", "r-1:m0", "r-1:t0"]
 
@@ -147,13 +155,19 @@ async def test_a_retried_direct_checkpoint_is_stored_once(
 async def test_a_direct_checkpoint_keeps_out_what_was_loaded_and_refuses_a_message_without_id(
     history: HistoryService, ports: BusPorts, nc: NATS
 ) -> None:
-    await ports.open_session(ALICE, "reject")
-    end = await ports.append_history(ALICE, [said("r-1:in0")], history_end=0)
+    incarnation = (await ports.open_session(ALICE, "reject")).record.incarnation
+    end = await ports.append_history(
+        ALICE, [said("r-1:in0")], history_end=0, incarnation=incarnation
+    )
     loaded = msgspec.structs.replace(said("r-0:m0"), source="chat_history")
 
-    await ports.append_history(ALICE, [loaded, said("r-1:m0")], history_end=end)
+    await ports.append_history(
+        ALICE, [loaded, said("r-1:m0")], history_end=end, incarnation=incarnation
+    )
     with pytest.raises(MissingMessageId):
-        await ports.append_history(ALICE, [said("r-1:m1"), said("")], history_end=end)
+        await ports.append_history(
+            ALICE, [said("r-1:m1"), said("")], history_end=end, incarnation=incarnation
+        )
 
     assert stored_ids(await stored_batches(nc, "acme", "s1")) == ["r-1:in0", "r-1:m0"]
 
@@ -304,6 +318,22 @@ async def test_a_new_sessions_first_checkpoint_skips_the_history_service_too(
     assert await load(ports, ALICE) == ["r-1:in0", "r-1:m0"]
 
 
+async def test_a_run_that_does_not_know_its_sessions_incarnation_appends_through_history(
+    history: HistoryService, ports: BusPorts, nc: NATS
+) -> None:
+    """A run that names no incarnation (its session was opened by a gateway from before they
+    were kept) could only store unstamped batches directly, which no session with an
+    incarnation reads: every append goes through the service, which stamps the record's."""
+    opened = await ports.open_session(ALICE, "reject")
+    end = await ports.append_history(ALICE, [said("r-1:in0")], history_end=0)
+    await ports.append_history(ALICE, [said("r-1:m0")], history_end=end)
+
+    assert appends_served(history) == 2
+    assert await load(ports, ALICE) == ["r-1:in0", "r-1:m0"]
+    batches = await stored_batches(nc, "acme", "s1")
+    assert {b.incarnation for b in batches} == {opened.record.incarnation}
+
+
 async def test_every_batch_a_run_stores_names_the_session_incarnation_it_opened(
     history: HistoryService, ports: BusPorts, nc: NATS
 ) -> None:
@@ -326,14 +356,17 @@ async def test_a_checkpoint_after_another_runs_write_goes_through_history_and_is
     history: HistoryService, ports: BusPorts, nc: NATS
 ) -> None:
     # Policy `interrupt`: the displaced run may still store its step after the new one did.
-    await ports.open_session(ALICE, "reject")
-    end = await ports.append_history(ALICE, [said("r-1:in0")], history_end=0)
+    incarnation = (await ports.open_session(ALICE, "reject")).record.incarnation
+    end = await ports.append_history(
+        ALICE, [said("r-1:in0")], history_end=0, incarnation=incarnation
+    )
     newer = msgspec.structs.replace(ALICE, run_id="r-9")
     await ports.open_session(newer, "interrupt")
-    await ports.append_history(newer, [said("r-9:in0")], history_end=end)
+    await ports.append_history(newer, [said("r-9:in0")], history_end=end, incarnation=incarnation)
     served = appends_served(history)
+    assert served == 0
 
-    await ports.append_history(ALICE, [said("r-1:m0")], history_end=end)
+    await ports.append_history(ALICE, [said("r-1:m0")], history_end=end, incarnation=incarnation)
 
     assert appends_served(history) == served + 1
     assert await load(ports, ALICE) == ["r-1:in0", "r-9:in0", "r-1:m0"]
@@ -345,11 +378,15 @@ async def test_direct_checkpoints_count_against_the_sessions_append_limit(
     limited = HistoryService(nc, max_appends_per_session=2)
     await limited.start()
     try:
-        await ports.open_session(ALICE, "reject")
-        end = await ports.append_history(ALICE, [said("r-1:in0")], history_end=0)
+        incarnation = (await ports.open_session(ALICE, "reject")).record.incarnation
+        end = await ports.append_history(
+            ALICE, [said("r-1:in0")], history_end=0, incarnation=incarnation
+        )
         for step in range(3):
-            end = await ports.append_history(ALICE, [said(f"r-1:m{step}")], history_end=end)
-        assert appends_served(limited) == 1
+            end = await ports.append_history(
+                ALICE, [said(f"r-1:m{step}")], history_end=end, incarnation=incarnation
+            )
+        assert appends_served(limited) == 0
         assert await load(ports, ALICE) == ["r-1:m1", "r-1:m2"]
     finally:
         await limited.stop()

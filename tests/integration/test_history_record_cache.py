@@ -216,36 +216,84 @@ async def test_opening_a_new_session_claims_it_in_the_write_that_creates_it(
     assert opened.record.revision == after == before + 1
 
 
+async def test_an_open_reads_stored_history_only_for_a_session_that_exists(
+    history: HistoryService, bus: Bus
+) -> None:
+    """Making a session reads nothing stored (its history is empty by its incarnation); an
+    existing session's history is read whether or not this replica remembers the record."""
+    reads: list[str] = []
+    read = history._read
+
+    async def counting_read(ctx: RunContext, who: object, session_id: str, **kw: bool) -> object:
+        reads.append(session_id)
+        return await read(ctx, who, session_id, **kw)  # type: ignore[arg-type]
+
+    history._read = counting_read  # type: ignore[method-assign,assignment]
+    ctx = RunContext(run_id="r-1", props={"tenant": "acme", "user_id": "alice"})
+
+    async def open_and_release(run_id: str) -> list[str]:
+        run = RunContext(run_id=run_id, props=ctx.props)
+        opened = await bus.request(
+            subjects.SESSIONS_OPEN, SessionOpen(session_id="s1"), SESSION_OPENED_DECODER, ctx=run
+        )
+        said = ChatMessage(role="user", contents=[TextContent(text=run_id)], message_id=run_id)
+        append = HistoryAppend(
+            session_id="s1", messages=[said], release=True, incarnation=opened.record.incarnation
+        )
+        await bus.request(subjects.HISTORY_APPEND, append, HISTORY_APPENDED_DECODER, ctx=run)
+        return [m.message_id for m in opened.messages]
+
+    assert await open_and_release("r-1") == []
+    assert reads == []
+    assert await open_and_release("r-2") == ["r-1"]
+    history.records.cache = RecordCache()  # a replica that never heard of the session
+    assert await open_and_release("r-3") == ["r-1", "r-2"]
+    assert reads == ["s1", "s1"]
+
+
 async def test_a_new_session_never_shows_what_a_deleted_one_of_the_same_id_left_behind(
     history: HistoryService, bus: Bus, nc: NATS
 ) -> None:
-    """An append that lands while its session is being deleted leaves a batch with no record.
-    Whoever creates a session of that id next — here another user — starts empty, and the
-    leftover is purged rather than waiting for them to read it."""
+    """An append that lands while its session is being deleted leaves a batch with no record:
+    stamped with the old incarnation, or with none when that session was made before
+    incarnations were kept. Whoever creates a session of that id next — here another user —
+    starts empty and never reads it, nor a compaction left the same way, while what they
+    append themselves is read."""
     log = subjects.history_log("acme", "s1")
-    leftover = StoredBatch(
-        messages=[
-            ChatMessage(
-                role="user",
-                contents=[TextContent(text="alice's secret")],
-                message_id="r-old:in0",
-            )
-        ]
-    )
-    await nc.jetstream().publish(log, BATCH_ENCODER.encode(leftover))
+    js = nc.jetstream()
+
+    def secret(message_id: str) -> ChatMessage:
+        text = TextContent(text="alice's secret")
+        return ChatMessage(role="user", contents=[text], message_id=message_id)
+
+    for incarnation in ("", "alices"):
+        batch = StoredBatch(messages=[secret(f"r-old:in{incarnation}")], incarnation=incarnation)
+        await js.publish(log, BATCH_ENCODER.encode(batch))
+    compaction = HistoryCompaction(messages=[secret("r-old:sum")], incarnation="")
+    await js.publish(subjects.history_compactions("acme", "s1"), BATCH_ENCODER.encode(compaction))
     bob = RunContext(run_id="r-bob", props={"tenant": "acme", "user_id": "bob"})
     opened = await bus.request(
         subjects.SESSIONS_OPEN, SessionOpen(session_id="s1"), SESSION_OPENED_DECODER, ctx=bob
     )
+    mine = ChatMessage(role="user", contents=[TextContent(text="bob's")], message_id="r-bob:in0")
+    await bus.request(
+        subjects.HISTORY_APPEND,
+        HistoryAppend(session_id="s1", messages=[mine], incarnation=opened.record.incarnation),
+        HISTORY_APPENDED_DECODER,
+        ctx=bob,
+    )
     loaded = await bus.request(
         subjects.HISTORY_LOAD, HistoryLoad(session_id="s1"), HISTORY_LOADED_DECODER, ctx=bob
+    )
+    exported = await bus.request(
+        subjects.SESSIONS_EXPORT, SessionExport(session_id="s1"), SESSION_EXPORTED_DECODER, ctx=bob
     )
 
     assert (opened.created, opened.record.owner, opened.history_end) == (True, "bob", 0)
     assert opened.messages == []
-    assert loaded.messages == []
-    with pytest.raises(nats.js.errors.NotFoundError):
-        await nc.jetstream().get_last_msg(subjects.HISTORY_STREAM, log)
+    assert [m.message_id for m in loaded.messages] == ["r-bob:in0"]
+    assert [m.message_id for m in exported.document.messages] == ["r-bob:in0"]
+    assert exported.document.compactions == []
 
 
 async def test_a_release_never_changes_a_session_someone_else_created_since(

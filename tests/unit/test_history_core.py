@@ -61,15 +61,17 @@ def test_a_session_is_held_only_by_a_run_whose_claim_has_not_expired() -> None:
     assert live_run(held, now=100.0) is None  # expired: stale, nobody holds it
 
 
-def test_a_load_reads_only_what_was_stored_for_its_incarnation_or_before_there_were_any() -> None:
+def test_a_load_reads_only_what_was_stored_for_its_incarnation_exactly() -> None:
     batches = [
-        StoredBatch(messages=[message("old")]),  # stored before incarnations were kept
+        StoredBatch(messages=[message("old")]),  # unstamped: left by a session made before
         StoredBatch(messages=[message("a")], incarnation="one"),
         StoredBatch(messages=[message("late")], incarnation="zero"),
         StoredBatch(messages=[message("b")], incarnation="one"),
     ]
 
-    assert [m.message_id for m in loaded(batches, incarnation="one")] == ["old", "a", "b"]
+    assert [m.message_id for m in loaded(batches, incarnation="one")] == ["a", "b"]
+    # A session made before incarnations were kept has none, and reads only unstamped ones.
+    assert [m.message_id for m in loaded(batches, incarnation="")] == ["old"]
 
 
 def test_only_a_run_of_the_sessions_current_incarnation_may_append() -> None:

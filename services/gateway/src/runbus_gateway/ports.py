@@ -249,12 +249,12 @@ class BusPorts:
     ) -> int | None:
         # A checkpoint goes straight into the history stream, with the persisted compaction it
         # carries; the release (a session record write) goes through the service, and so does
-        # the first of a session that has no incarnation (history_writes.py).
-        unstamped_first = history_end == 0 and not incarnation
+        # every append of a run that does not know its session's incarnation: the service
+        # stamps those with the record's (history_writes.py).
         if (
             history_end is not None
             and not release
-            and not unstamped_first
+            and incarnation
             and (
                 compaction is None
                 or await store_compaction(self.bus, ctx, compaction, history_end, incarnation)

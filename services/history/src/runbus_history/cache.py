@@ -29,6 +29,11 @@ class RecordCache:
         """The remembered record, or None when it must be read."""
         return self._records.get(key)
 
+    def heard_of(self, key: str) -> bool:
+        """Whether `key` was read or written lately (it most likely exists: a delete is a
+        write too), as far as this replica remembers."""
+        return key in self._records or key in self._writes
+
     def remember(self, key: str, record: SessionRecord) -> None:
         """Note `record` as read (or written) at `record.revision`, unless a newer write was
         heard of or a newer record is already remembered."""

@@ -27,15 +27,20 @@ def new_incarnation() -> str:
 
 
 def of_incarnation(stamp: str, incarnation: str) -> bool:
-    """Whether what was stored with `stamp` belongs to the session incarnation `incarnation`:
-    stored for it, or before incarnations were kept (no stamp)."""
-    return not stamp or stamp == incarnation
+    """Whether what was stored with `stamp` belongs to the session incarnation `incarnation`.
+
+    Exactly: what was stored with no stamp belongs only to a session made before incarnations
+    were kept (whose record has none either, and whose writes are never stamped). So nothing a
+    deleted session of the same id left behind, stamped or not, is ever part of a session made
+    since, and opening a new session need not read what is stored under its id first."""
+    return stamp == incarnation
 
 
 def appendable(record: SessionRecord, incarnation: str) -> bool:
     """Whether a run that opened the session's incarnation `incarnation` (empty: unknown) may
-    still append to `record`: not once the session it opened was deleted and made again."""
-    return of_incarnation(incarnation, record.incarnation)
+    still append to `record`: not once the session it opened was deleted and made again.
+    What it appends is stamped with the record's incarnation either way."""
+    return not incarnation or incarnation == record.incarnation
 
 
 def loaded(

@@ -237,7 +237,15 @@ class HistoryService(Service):
     async def on_open(self, ctx: RunContext, request: SessionOpen) -> SessionOpened:
         """Create-or-check the session, claim it for the run, and load its history."""
         who = caller(ctx)
-        reading = asyncio.ensure_future(self._read(ctx, who, request.session_id))
+        # A session made by this open has no history (nothing stored under its id belongs to
+        # its new incarnation), so the read is only worth starting before the record is known
+        # when the session is known to exist; else it waits for the record.
+        key = subjects.session_key(who.tenant, request.session_id)
+        reading = (
+            asyncio.ensure_future(self._read(ctx, who, request.session_id))
+            if self.records.cache.heard_of(key)
+            else None
+        )
         try:
             displaced: list[str] = []
 
@@ -252,15 +260,20 @@ class HistoryService(Service):
             if not created:
                 record = await self._update(record, claim)
         except BaseException:
-            reading.cancel()
+            if reading is not None:
+                reading.cancel()
             raise
         if displaced:
             # The displaced run stops at its next step; its messages so far stay in history.
             await self._cancel_run(who, displaced[0])
-        stored = await reading
-        if created and (stored.compaction is not None or stored.end != 0):
-            history = await self._discard_leftovers(who, request.session_id)
+        if created:
+            if reading is not None:
+                reading.cancel()
+            # End 0, even over what a deleted session of this id left behind: the run's first
+            # direct checkpoint, conditional on it, is then refused and goes through append.
+            history = History([], False, 0)
         else:
+            stored = await (reading or self._read(ctx, who, request.session_id))
             history = await self._history(ctx, who, stored, record)
         return SessionOpened(
             record=record,
@@ -406,14 +419,6 @@ class HistoryService(Service):
         return True
 
     # -- helpers -------------------------------------------------------------------------
-
-    async def _discard_leftovers(self, who: Caller, session_id: str) -> "History":
-        """Purge what is stored under a session that was created just now: it can only be
-        left over from a deleted session of the same id (an append that landed while it was
-        being deleted), and the new owner may be someone else, who must never read it."""
-        self.log.warning("session_leftovers_purged", session_id=session_id)
-        await self._purge(who, session_id)
-        return History([], False, 0)
 
     async def _purge(self, who: Caller, session_id: str) -> None:
         """Remove every batch and compaction stored under the caller's session `session_id`."""
