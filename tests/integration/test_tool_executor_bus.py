@@ -23,6 +23,7 @@ from runbus.headers import RunContext
 from runbus.messages import FunctionCallContent, encode
 from runbus.messages.tools import (
     TOOL_CATALOG_DECODER,
+    TOOL_INVOKE_DECODER,
     TOOL_INVOKED_DECODER,
     ApprovalGrant,
     ToolInvoke,
@@ -328,7 +329,8 @@ async def test_a_side_effecting_call_whose_caller_left_runs_to_its_end_and_is_re
     charge_call = FunctionCallContent(
         call_id="call-left", name="charge", arguments={"amount": 12, "ticket": "t-left"}
     )
-    caller = asyncio.ensure_future(ports.invoke_tool(ALICE, charge_call))
+    # Sent as a fresh call is: claimed without a lookup first.
+    caller = asyncio.ensure_future(ports.invoke_tool(ALICE, charge_call, first_send=True))
     await eventually(lambda: handled(replica) == 1)
     # The gateway stops listening mid-charge (its process died, or it gave up): the replica's
     # next heartbeat finds nobody waiting and its request handler ends.
@@ -355,7 +357,13 @@ async def test_a_call_whose_replica_died_is_sent_again_and_the_model_gets_the_re
     # A short idle timeout: the gateway notices the silent replica within about a second.
     ports = gateway_ports(nc, request_timeout=1.0)
     fetch_call = FunctionCallContent(call_id="c-died", name="fetch", arguments={"ticket": "t-died"})
-    pending = asyncio.ensure_future(ports.invoke_tool(ALICE, fetch_call))
+    sent: list[bool] = []
+
+    async def seen(msg: Msg) -> None:
+        sent.append(TOOL_INVOKE_DECODER.decode(msg.data).first_send)
+
+    await nc.subscribe(subjects.tool_invoke("fetch"), cb=seen)
+    pending = asyncio.ensure_future(ports.invoke_tool(ALICE, fetch_call, first_send=True))
     await eventually(lambda: began["fetch"] == 1)
     await start(ops)
     await first.nc.close()  # dies mid-call, without a goodbye
@@ -366,6 +374,10 @@ async def test_a_call_whose_replica_died_is_sent_again_and_the_model_gets_the_re
     assert reply.result.error is None
     assert reply.result.result == "fetched t-died"
     assert began["fetch"] >= 2  # a third try only if the survivor was slower than 1 s
+    # Only the first try says it is one: the executor that got it may have claimed the call.
+    assert sent[0] is True
+    assert len(sent) >= 2
+    assert not any(sent[1:])
 
 
 async def test_a_tool_no_replica_serves_is_an_error_for_the_model_without_tries_again(

@@ -129,6 +129,7 @@ class RecordingPorts:
         self.offered: list[list[ToolSpec]] = []
         self.reply_ids: list[str] = []
         self.invoked: list[FunctionCallContent] = []
+        self.first_sends: list[bool] = []
         self.appended: list[ChatMessage] = []
         self.history_end = 7
         """Where the fake session's stored batches end (a stream sequence)."""
@@ -219,9 +220,15 @@ class RecordingPorts:
         )
 
     async def invoke_tool(
-        self, ctx: RunContext, call: FunctionCallContent, approval: ApprovalGrant | None = None
+        self,
+        ctx: RunContext,
+        call: FunctionCallContent,
+        approval: ApprovalGrant | None = None,
+        *,
+        first_send: bool = False,
     ) -> ToolInvoked:
         self.hops.append(f"invoke_tool:{call.name}")
+        self.first_sends.append(first_send)
         self.invoked.append(call)
         if self.tool is not None:
             result = self.tool(call)
@@ -383,6 +390,23 @@ async def test_a_redelivered_run_gives_its_inputs_the_same_ids_again() -> None:
     await run(second)
 
     assert ids(first.appended) == ids(second.appended)
+
+
+async def test_calls_go_out_as_first_sends_unless_a_resumed_run_found_them_checkpointed() -> None:
+    fresh = RecordingPorts([weather(), said("Sunny.")])
+    await run(fresh)
+
+    # Redelivered after the step's calls were checkpointed: they may have been sent already.
+    checkpointed = [
+        user("Weather in Sydney?", message_id=f"{RUN_ID}:in0"),
+        msgspec.structs.replace(weather(), message_id=f"{RUN_ID}:m0"),
+    ]
+    resumed = RecordingPorts([said("Sunny.")], history=checkpointed)
+    await run(resumed)
+
+    assert fresh.first_sends == [True]
+    assert resumed.first_sends == [False]
+    assert [c.call_id for c in resumed.invoked] == ["c0"]
 
 
 async def test_every_new_message_is_saved_in_order_and_loaded_context_never() -> None:
@@ -752,10 +776,15 @@ class FailingPorts(RecordingPorts):
         return await super().compact(ctx, messages, policy)
 
     async def invoke_tool(
-        self, ctx: RunContext, call: FunctionCallContent, approval: ApprovalGrant | None = None
+        self,
+        ctx: RunContext,
+        call: FunctionCallContent,
+        approval: ApprovalGrant | None = None,
+        *,
+        first_send: bool = False,
     ) -> ToolInvoked:
         self._maybe_fail("invoke_tool")
-        return await super().invoke_tool(ctx, call, approval)
+        return await super().invoke_tool(ctx, call, approval, first_send=first_send)
 
     async def store_memory(self, ctx: RunContext, texts: list[str]) -> None:
         await super().store_memory(ctx, texts)

@@ -121,8 +121,11 @@ async def call(
     ctx: RunContext = ALICE,
     call_id: str = "call-1",
     approval: ApprovalGrant | None = None,
+    first_send: bool = False,
 ) -> ToolInvoked:
-    request = ToolInvoke(call_id=call_id, name=name, arguments=arguments, approval=approval)
+    request = ToolInvoke(
+        call_id=call_id, name=name, arguments=arguments, approval=approval, first_send=first_send
+    )
     reply = await ex.invoke(registry.tools[name], request, ctx)
     assert reply.result.call_id == call_id
     return reply
@@ -341,6 +344,42 @@ async def test_a_redelivered_side_effecting_call_returns_the_recorded_result() -
 
     first = await call(executor(store=store), "pay", {"amount": 5})
     again = await call(executor(store=store), "pay", {"amount": 5})
+
+    assert ran["pay"] == 1
+    assert again.replayed
+    assert again.result == first.result
+
+
+class CountingStore(MemoryCallStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lookups = 0
+
+    async def get(self, key: str) -> tuple[CallRecord, int] | None:
+        self.lookups += 1
+        return await super().get(key)
+
+
+async def test_a_first_send_is_claimed_without_a_lookup_and_a_repeat_is_looked_up() -> None:
+    store = CountingStore()
+
+    first = await call(executor(store=store), "pay", {"amount": 5}, first_send=True)
+    assert store.lookups == 0
+    again = await call(executor(store=store), "pay", {"amount": 5})
+
+    assert store.lookups == 1
+    assert ran["pay"] == 1
+    assert again.replayed
+    assert again.result == first.result
+
+
+async def test_a_call_that_ran_already_is_not_run_again_even_sent_as_a_first_send() -> None:
+    """The claim is a compare-and-set: a caller that wrongly thinks it never sent the call
+    (two gateways on one run) gets the recorded result, not a second payment."""
+    store = MemoryCallStore()
+
+    first = await call(executor(store=store), "pay", {"amount": 5}, first_send=True)
+    again = await call(executor(store=store), "pay", {"amount": 5}, first_send=True)
 
     assert ran["pay"] == 1
     assert again.replayed

@@ -43,16 +43,17 @@ def result_text(result: FunctionResultContent) -> str:
 
 
 async def run_tools(
-    turn: Turn, calls: list[FunctionCallContent]
+    turn: Turn, calls: list[FunctionCallContent], *, first_send: bool = False
 ) -> tuple[list[FunctionResultContent], FunctionResultContent | None]:
     """Run a batch of calls in parallel; every call gets a result, in the batch's order.
+    `first_send`: the calls come from a model reply of this run, never sent before.
 
     A `terminate` outcome stops the batch: calls already sent to their tool are awaited (they
     may have acted), calls still waiting for a person's approval get a "not executed" result,
     and the terminating result is returned to end the run.
     """
     waiting: set[str] = set()
-    tasks = [asyncio.ensure_future(_call_tool(turn, c, waiting)) for c in calls]
+    tasks = [asyncio.ensure_future(_call_tool(turn, c, waiting, first_send)) for c in calls]
     terminated: FunctionResultContent | None = None
     try:
         pending = set(tasks)
@@ -84,14 +85,16 @@ async def run_tools(
     return results, terminated
 
 
-async def _call_tool(turn: Turn, call: FunctionCallContent, waiting: set[str]) -> ToolInvoked:
+async def _call_tool(
+    turn: Turn, call: FunctionCallContent, waiting: set[str], first_send: bool
+) -> ToolInvoked:
     ports, ctx = turn.ports, turn.ctx
     if turn.harness.handles(call.name):
         return ToolInvoked(result=await turn.harness.call_tool(turn.state, call), untrusted=False)
     refused = refuse_unlisted(call, turn.agent)
     if refused is not None:
         return ToolInvoked(result=refused)
-    invoked = await ports.invoke_tool(ctx, call)
+    invoked = await ports.invoke_tool(ctx, call, first_send=first_send)
     if invoked.outcome == "approval_required" and invoked.approval is not None:
         request = invoked.approval
 
@@ -105,5 +108,6 @@ async def _call_tool(turn: Turn, call: FunctionCallContent, waiting: set[str]) -
         finally:
             await turn.waiting(False)
         waiting.discard(call.call_id)
-        invoked = await ports.invoke_tool(ctx, call, approval=grant)
+        # Asked for approval, the call was not run nor claimed: still a first send.
+        invoked = await ports.invoke_tool(ctx, call, approval=grant, first_send=first_send)
     return invoked

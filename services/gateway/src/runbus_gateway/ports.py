@@ -5,6 +5,7 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, NamedTuple
 
+import msgspec
 import nats.errors
 import structlog
 from nats.js.api import PubAck
@@ -189,13 +190,22 @@ class BusPorts:
         return await self.bus.call(ops.MODEL_COMPLETE, request, ctx=ctx, progress=True)
 
     async def invoke_tool(
-        self, ctx: RunContext, call: FunctionCallContent, approval: ApprovalGrant | None = None
+        self,
+        ctx: RunContext,
+        call: FunctionCallContent,
+        approval: ApprovalGrant | None = None,
+        *,
+        first_send: bool = False,
     ) -> ToolInvoked:
         # A tool that is down or refuses the call is something the model can react to, so it
         # becomes an error result rather than a failed run; a call lost on the way is first
         # sent again (`tool_retry_pause`).
         invoke = ToolInvoke(
-            call_id=call.call_id, name=call.name, arguments=call.arguments, approval=approval
+            call_id=call.call_id,
+            name=call.name,
+            arguments=call.arguments,
+            approval=approval,
+            first_send=first_send,
         )
         tries = 0
         while True:
@@ -203,7 +213,8 @@ class BusPorts:
             try:
                 return await self.bus.call(
                     ops.TOOL_INVOKE.at(call.name),
-                    invoke,
+                    # Sent again, it may have reached an executor the first time.
+                    invoke if tries == 1 else msgspec.structs.replace(invoke, first_send=False),
                     ctx=ctx,
                     progress=True,  # a long tool is bounded by its own timeout, not the hop's
                 )

@@ -50,8 +50,15 @@ class RunPorts(StatePort, Protocol):
     ) -> ModelResponse: ...
 
     async def invoke_tool(
-        self, ctx: RunContext, call: FunctionCallContent, approval: ApprovalGrant | None = None
-    ) -> ToolInvoked: ...
+        self,
+        ctx: RunContext,
+        call: FunctionCallContent,
+        approval: ApprovalGrant | None = None,
+        *,
+        first_send: bool = False,
+    ) -> ToolInvoked:
+        """`first_send`: this run never sent the call before (`ToolInvoke.first_send`)."""
+        ...
 
     async def await_approval(
         self,

@@ -119,6 +119,8 @@ async def _loop(turn: Turn) -> Usage:
     usage = Usage()
     failed_steps = 0
     calls = progress.pending_calls
+    # Calls a resumed run found checkpointed may have been sent before it was resumed.
+    first_send = False
     while not progress.finished:
         if not calls:
             if progress.step >= agent.max_iterations:
@@ -136,6 +138,7 @@ async def _loop(turn: Turn) -> Usage:
             usage += reply.usage + Usage(cost=reply.cost)
             message = msgspec.structs.replace(reply.message, message_id=reply_id, source="external")
             calls = message.function_calls
+            first_send = True
             if len(calls) > agent.max_tool_calls:
                 # Refused before any runs or is stored: a reply of thousands of calls would
                 # run them all and then not fit in a message.
@@ -156,7 +159,7 @@ async def _loop(turn: Turn) -> Usage:
         # side effects. One history round trip per tool step buys exactly-once tools.
         await turn.checkpoint.flush()
         await turn.events.tool_calls(calls)
-        results, terminated = await run_tools(turn, calls)
+        results, terminated = await run_tools(turn, calls, first_send=first_send)
         await turn.events.tool_results(results)
         tool_message = ChatMessage(
             role="tool",

@@ -117,7 +117,9 @@ class Executor:
             if not ctx.run_id:
                 return _error(call_id, f"tool {tool.name!r} changes things and runs only in a run")
             key = call_key(ctx.prop("tenant"), ctx.prop("user_id"), ctx.run_id, call_id)
-            found = await self._store.get(key)
+            # A repeat is answered from its record before any check runs again; a first send
+            # has none to find, and its claim in `_once` would find one anyway.
+            found = None if request.first_send else await self._store.get(key)
             if found is not None:
                 settled = await self._settle(tool, key, found, call_id, ctx)
                 if isinstance(settled, ToolInvoked):

@@ -63,6 +63,11 @@ class ToolInvoke(Message, frozen=True, tag="tools.invoke"):
     """Model-chosen arguments: validated against the tool's schema before the tool runs."""
     approval: ApprovalGrant | None = None
     """A human's decision on this call, when an earlier invoke answered `approval_required`."""
+    first_send: bool = False
+    """The caller has not sent this call before: it is from a step the run checkpointed itself
+    just now (not one a resumed run found), and not a retry. A side-effecting call is then
+    claimed at once instead of looked up first (it cannot have run); the claim stays a
+    compare-and-set, so one that had run anyway is still found and not run again."""
 
 
 class ToolInvoked(Message, frozen=True, tag="tools.invoked"):
