@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import msgspec
 import pytest
-from playwright.async_api import Browser, Page, async_playwright, expect
+from playwright.async_api import Browser, Page, Route, async_playwright, expect
 
 from runbus.client import connect
 from runbus.messages import ChatMessage, ModelRequest, ModelResponse, TextContent, Usage
@@ -200,3 +200,36 @@ async def test_a_browser_that_did_not_start_a_run_shows_its_trace_link(
         await expect(later.locator("#answer")).to_contain_text("Booked: confirmation RB-")
         await expect(later.locator("#trace")).to_have_attribute("href", link)
         await shot(later, screenshots, "2-replayed-elsewhere")
+
+
+@pytest.mark.browser
+async def test_a_run_that_ends_before_the_page_hears_back_on_its_decision_stays_completed(
+    nats_server: SecuredNats, tmp_path: Path, browser: Browser
+) -> None:
+    """The answer to the page's own approval arrives after the run's last events (a slow
+    reply on a busy machine): the run stays shown completed, not back to running."""
+    async with (
+        booking_console(nats_server, tmp_path) as (base, model, _),
+        connect(nats_server.client_url, token="dev-alice") as sdk,
+    ):
+        run_id = await sdk.start("travel", "Book QF412 in business, please", session_id="s-late")
+        model.finish.set()  # the answer comes at once once the booking is approved
+        page = await browser.new_page(viewport={"width": 1200, "height": 800})
+        await sign_in(page, base, "dev-alice")
+        answer_back = asyncio.Event()
+
+        async def hold_the_answer(route: Route) -> None:
+            response = await route.fetch()  # the decision reaches the gateway now
+            await answer_back.wait()
+            await route.fulfill(response=response)
+
+        await page.route("**/approvals/**", hold_the_answer)
+        await page.goto(f"{base}/#run/{run_id}")
+        badge = page.locator("#run-status [data-status]")
+        await expect(badge).to_have_text("waiting_approval")
+        await page.get_by_role("button", name="Approve").click()
+        await expect(badge).to_have_text("completed")  # from the run's events
+        answer_back.set()
+
+        await expect(page.locator(".decided")).to_have_text("approved")
+        await expect(badge).to_have_text("completed")

@@ -171,7 +171,8 @@ async function runPage(runId) {
           try {
             const decided = await api(`/v1/runs/${encodeURIComponent(runId)}/approvals/${encodeURIComponent(event.call_id)}`, { method: "POST", body: JSON.stringify({ decision }) });
             buttons.replaceChildren(el("span", { class: "decided" }, decided.decision));
-            badge.replaceChildren(status("running"));
+            // Unless the run's own events got further while the decision was on its way.
+            if (badge.firstChild && badge.firstChild.dataset.status === "waiting_approval") badge.replaceChildren(status("running"));
           } catch (error) { buttons.append(failure(error)); }
         };
         const buttons = el("div", { class: "buttons" }, el("span", {}, `Needs approval: ${event.reason} `),
