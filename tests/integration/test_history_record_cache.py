@@ -219,8 +219,10 @@ async def test_opening_a_new_session_claims_it_in_the_write_that_creates_it(
 async def test_an_open_reads_stored_history_only_for_a_session_that_exists(
     history: HistoryService, bus: Bus
 ) -> None:
-    """Making a session reads nothing stored (its history is empty by its incarnation); an
-    existing session's history is read whether or not this replica remembers the record."""
+    """Making a session reads nothing stored (its history is empty by its incarnation), nor
+    its record (the create is the check); an existing session's record and history are read
+    whether or not this replica remembers it."""
+    gets = count_gets(history.records.kv)
     reads: list[str] = []
     read = history._read
 
@@ -244,11 +246,14 @@ async def test_an_open_reads_stored_history_only_for_a_session_that_exists(
         return [m.message_id for m in opened.messages]
 
     assert await open_and_release("r-1") == []
-    assert reads == []
+    assert (reads, gets) == ([], [])
     assert await open_and_release("r-2") == ["r-1"]
     history.records.cache = RecordCache()  # a replica that never heard of the session
     assert await open_and_release("r-3") == ["r-1", "r-2"]
     assert reads == ["s1", "s1"]
+    record = await history.records.get("acme", "s1")
+    assert record is not None
+    assert record.active_run is None  # claimed and released again
 
 
 async def test_a_new_session_never_shows_what_a_deleted_one_of_the_same_id_left_behind(

@@ -240,12 +240,8 @@ class HistoryService(Service):
         # A session made by this open has no history (nothing stored under its id belongs to
         # its new incarnation), so the read is only worth starting before the record is known
         # when the session is known to exist; else it waits for the record.
-        key = subjects.session_key(who.tenant, request.session_id)
-        reading = (
-            asyncio.ensure_future(self._read(ctx, who, request.session_id))
-            if self.records.cache.heard_of(key)
-            else None
-        )
+        known = self.records.cache.heard_of(subjects.session_key(who.tenant, request.session_id))
+        reading = asyncio.ensure_future(self._read(ctx, who, request.session_id)) if known else None
         try:
             displaced: list[str] = []
 
@@ -256,7 +252,9 @@ class HistoryService(Service):
                 displaced[:] = [previous] if previous else []
                 return claimed
 
-            record, created = await self._get_or_create(ctx, who, request.session_id, claim)
+            record, created = await self._get_or_create(
+                ctx, who, request.session_id, claim, look_first=known
+            )
             if not created:
                 record = await self._update(record, claim)
         except BaseException:
@@ -473,11 +471,19 @@ class HistoryService(Service):
         return History(messages, stored.compaction is not None, stored.end)
 
     async def _get_or_create(
-        self, ctx: RunContext, who: Caller, session_id: str, change: "core.RecordChange"
+        self,
+        ctx: RunContext,
+        who: Caller,
+        session_id: str,
+        change: "core.RecordChange",
+        *,
+        look_first: bool = True,
     ) -> tuple[SessionRecord, bool]:
         """The caller's record and whether it is new; a new one is created with `change`
-        applied (one write instead of two), an existing one is returned as stored."""
-        record = await self.records.get(who.tenant, session_id)
+        applied (one write instead of two), an existing one is returned as stored.
+        `look_first=False` (a session nobody here has heard of, most likely new) tries the
+        create first, a compare-and-set on "no record": one that exists fails it and is read."""
+        record = await self.records.get(who.tenant, session_id) if look_first else None
         if record is None:
             now = datetime.now(UTC)
             record = await self.records.create(
