@@ -406,7 +406,10 @@ async def test_side_effect_free_calls_are_not_recorded() -> None:
     assert store.records == {}
 
 
-async def test_a_call_found_started_by_an_executor_that_died_is_not_run_blindly() -> None:
+@pytest.mark.parametrize("first_send", [False, True])  # found by the lookup, or by the claim
+async def test_a_call_found_started_by_an_executor_that_died_is_not_run_blindly(
+    first_send: bool,
+) -> None:
     store = MemoryCallStore()
     long_ago = time.time() - 3600
     await store.claim(
@@ -416,7 +419,7 @@ async def test_a_call_found_started_by_an_executor_that_died_is_not_run_blindly(
         ),
     )
 
-    reply = await call(executor(store=store), "pay", {"amount": 5})
+    reply = await call(executor(store=store), "pay", {"amount": 5}, first_send=first_send)
 
     assert ran["pay"] == 0
     assert reply.result.error is not None
@@ -424,7 +427,8 @@ async def test_a_call_found_started_by_an_executor_that_died_is_not_run_blindly(
     assert "Check before trying again" in reply.result.error
 
 
-async def test_an_idempotent_tool_found_abandoned_runs_again_once() -> None:
+@pytest.mark.parametrize("first_send", [False, True])
+async def test_an_idempotent_tool_found_abandoned_runs_again_once(first_send: bool) -> None:
     store = MemoryCallStore()
     long_ago = time.time() - 3600
     await store.claim(
@@ -438,8 +442,8 @@ async def test_an_idempotent_tool_found_abandoned_runs_again_once() -> None:
         ),
     )
 
-    first = await call(executor(store=store), "upsert", {"value": "v"})
-    again = await call(executor(store=store), "upsert", {"value": "v"})
+    first = await call(executor(store=store), "upsert", {"value": "v"}, first_send=first_send)
+    again = await call(executor(store=store), "upsert", {"value": "v"}, first_send=first_send)
 
     assert first.result.result == "v"
     assert again.replayed

@@ -286,7 +286,13 @@ class Executor:
             )
             if isinstance(settled, ToolInvoked):
                 return settled
-            return _error(call_id, _unknown(tool, now))
+            # An idempotent tool's abandoned record, met only here by a first send, is taken
+            # over as the lookup would have; one already taken over is not taken again.
+            if settled is None or stale is not None:
+                return _error(call_id, _unknown(tool, now))
+            if not await store.take_over(key, record, settled):
+                return _error(call_id, _unknown(tool, now))
+            stale = settled
         if stale is not None:
             log.warning("tool_call_rerun", tool=tool.name, key=key)
 
