@@ -5,6 +5,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 import msgspec
+import nats
 import nats.errors
 import pytest
 from nats.aio.client import Client as NATS
@@ -15,7 +16,8 @@ from runbus.bus import Bus, heartbeats
 from runbus.errors import IdleTimeout, MessageTooLarge
 from runbus.headers import RunContext
 from runbus.messages import TextContent
-from tests.helpers import take_time
+from tests.helpers import eventually, take_time
+from tests.stack import SecuredNats
 
 CONTENT_DECODER = msgspec.json.Decoder(TextContent)
 REPLY = TextContent(text="done")
@@ -55,6 +57,41 @@ async def test_silence_fails_with_an_error_naming_the_setting(nc: NATS) -> None:
     with pytest.raises(IdleTimeout) as caught:
         await bus.request("test.silent", REPLY, CONTENT_DECODER, ctx=RunContext(), progress=True)
     assert "RUNBUS_REQUEST_TIMEOUT" in str(caught.value)
+    assert caught.value.code == "unavailable"
+
+
+async def test_a_replica_that_stops_beating_fails_the_call_before_the_idle_timeout(
+    nc: NATS, nats_server: SecuredNats
+) -> None:
+    """It was heard beating, then died mid-work (its connection closed without a reply): the
+    call fails once the beats have stopped for the beat silence, not after the whole idle
+    timeout, with an error saying the replica stopped."""
+    replica = await nats.connect(nats_server.url)
+    progress: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+    async def on_request(msg: Msg) -> None:
+        progress.set_result(RunContext.from_headers(msg.headers).progress)
+        await heartbeats(replica, progress.result(), asyncio.Event().wait(), every=0.05)
+
+    await replica.subscribe("test.dies", cb=on_request)
+    await replica.flush()
+    beats: list[Msg] = []
+
+    async def heard(msg: Msg) -> None:
+        beats.append(msg)
+
+    bus = Bus(nc, NoOpTracer(), request_timeout=30, beat_silence=1.0)
+    call = asyncio.ensure_future(
+        bus.request("test.dies", REPLY, CONTENT_DECODER, ctx=RunContext(), progress=True)
+    )
+    await nc.subscribe(await asyncio.wait_for(progress, 10), cb=heard)
+    await eventually(lambda: len(beats) >= 2, what="the replica beating")
+    await replica.close()  # dies mid-work
+
+    with pytest.raises(IdleTimeout) as caught:
+        await asyncio.wait_for(call, 10)  # far less than the 30 s idle timeout
+    assert "stopped sending heartbeats 1s ago" in str(caught.value)
+    assert caught.value.details["beats_stopped"] is True
     assert caught.value.code == "unavailable"
 
 

@@ -51,6 +51,12 @@ HEARTBEAT_EVERY: Final = 0.5
 """Seconds between heartbeats of work in progress; also how soon work whose caller is gone
 is cancelled."""
 MIN_IDLE: Final = 2 * HEARTBEAT_EVERY
+BEAT_SILENCE: Final = 10.0
+"""Seconds without a heartbeat, once one was heard, after which a progress-aware call gives
+up even when its idle timeout is longer: the serving side beats every `HEARTBEAT_EVERY` from
+its event loop while the work goes on (a slow provider or tool included), so twenty missed
+beats mean it died, lost NATS for good or is stuck. Before the first beat (due after
+`HEARTBEAT_EVERY`) only the idle timeout applies: the request may still be on its way."""
 REQUEST_TIMEOUT_SETTING: Final = "RUNBUS_REQUEST_TIMEOUT"
 _REPLY: Final = "r"
 _BEAT: Final = "p"
@@ -117,10 +123,18 @@ class ProgressCalls:
 class Bus:
     """The NATS connection of one service or client, with its tracer."""
 
-    def __init__(self, nc: NATS, tracer: Tracer, *, request_timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        nc: NATS,
+        tracer: Tracer,
+        *,
+        request_timeout: float = 30.0,
+        beat_silence: float = BEAT_SILENCE,
+    ) -> None:
         self.nc = nc
         self.tracer = tracer
         self.request_timeout = request_timeout
+        self.beat_silence = beat_silence
         self.progress_calls = ProgressCalls(nc)
 
     @functools.cached_property
@@ -240,11 +254,14 @@ class Bus:
         headers[h.PROGRESS] = f"{prefix}.{token}.{_BEAT}"
         reply_to = f"{prefix}.{token}.{_REPLY}"
         heard = calls.wait(token)
+        silence = idle  # until the serving side is heard beating (`BEAT_SILENCE`)
         try:
             for attempt in range(2):
                 await self.nc.publish(subject, data, reply=reply_to, headers=headers)
                 while True:
-                    wait = idle if deadline is None else min(idle, deadline - time.monotonic())
+                    wait = silence
+                    if deadline is not None:
+                        wait = min(wait, deadline - time.monotonic())
                     try:
                         if wait <= 0:
                             raise TimeoutError
@@ -255,8 +272,13 @@ class Bus:
                             raise DeadlineExceeded(
                                 f"deadline passed waiting on {subject!r}"
                             ) from None
+                        if silence < idle:
+                            raise IdleTimeout(
+                                subject, silence, REQUEST_TIMEOUT_SETTING, beats_stopped=True
+                            ) from None
                         raise IdleTimeout(subject, idle, REQUEST_TIMEOUT_SETTING) from None
                     if msg.subject.endswith(f".{_BEAT}"):
+                        silence = min(idle, self.beat_silence)
                         continue
                     if msg.headers and msg.headers.get(_STATUS) == _NO_RESPONDERS:
                         break

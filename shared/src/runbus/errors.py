@@ -105,14 +105,24 @@ class MessageTooLarge(BadRequest):
 
 class IdleTimeout(Unavailable):
     """A progress-aware request heard nothing (no reply, no heartbeat) for its idle timeout:
-    the serving replica died or stalled. Worth another try, like any unavailable service."""
+    the serving replica died or stalled. Worth another try, like any unavailable service.
+    `beats_stopped`: it had been heard beating and went silent for `idle` (`BEAT_SILENCE`),
+    so it died, lost NATS or is stuck: not slow work, which keeps beating."""
 
-    def __init__(self, subject: str, idle: float, setting: str) -> None:
-        super().__init__(
-            f"no progress on {subject!r} for {idle:g}s; raise {setting} if the work is slow "
-            "but alive",
-            details={"subject": subject, "idle": idle, "setting": setting},
+    def __init__(
+        self, subject: str, idle: float, setting: str, *, beats_stopped: bool = False
+    ) -> None:
+        message = (
+            f"the replica serving {subject!r} stopped sending heartbeats {idle:g}s ago: it "
+            "died, lost its NATS connection or is stuck"
+            if beats_stopped
+            else f"no progress on {subject!r} for {idle:g}s; raise {setting} if the work is "
+            "slow but alive"
         )
+        details: dict[str, Any] = {"subject": subject, "idle": idle, "setting": setting}
+        if beats_stopped:
+            details["beats_stopped"] = True
+        super().__init__(message, details=details)
         self.subject = subject
         self.idle = idle
         self.setting = setting
