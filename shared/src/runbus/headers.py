@@ -22,10 +22,10 @@ ERROR: Final = "rb-error"
 AUTH: Final = "rb-auth"
 MSG_ID: Final = "Nats-Msg-Id"
 EXPECTED_LAST_SUBJECT_SEQUENCE: Final = "Nats-Expected-Last-Subject-Sequence"
+"""On a JetStream publish: store only if the subject's last message has this sequence."""
 EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT: Final = "Nats-Expected-Last-Subject-Sequence-Subject"
 """The subject whose last sequence `EXPECTED_LAST_SUBJECT_SEQUENCE` checks, when it is not the
 one published to (nats-server 2.11+)."""
-"""On a JetStream publish: store only if the subject's last message has this sequence."""
 PROGRESS: Final = "rb-progress"
 """Subject the serving side sends heartbeats to while it works on a progress-aware request."""
 

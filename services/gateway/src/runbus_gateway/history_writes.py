@@ -10,8 +10,8 @@ end, so the publish is refused and the append goes through the history service, 
 the session's owner and incarnation again. A session with nothing stored yet (end 0) has no
 end a delete could move: a batch of a run whose new session was deleted meanwhile is still
 stored, but stamped with the incarnation the run opened, so no session made again under that
-id reads it. A run that does not know its session's
-incarnation (one made before they were kept) sends every append through the service.
+id reads it. A run that does not know its session's incarnation (one made before they were
+kept) sends every append through the service.
 
 A persisted compaction goes the same way, just before the checkpoint it comes with: stored on
 the session's compactions subject on the condition that the session's messages still end at
