@@ -35,11 +35,10 @@ from .errors import (
     DeadlineExceeded,
     IdleTimeout,
     MessageTooLarge,
-    RemoteError,
     Unavailable,
+    remote_error,
 )
 from .messages import encode
-from .messages.errors import ERROR_DECODER
 from .ops import Op
 from .telemetry import inject, messaging_attributes, record_failure, start_span
 
@@ -188,9 +187,8 @@ class Bus:
                 reply = await self._request_with_progress(subject, data, idle, left, headers)
             else:
                 reply = await self._request(subject, data, wait, left, headers)
-            if reply.headers and h.ERROR in reply.headers:
-                info = ERROR_DECODER.decode(reply.data).error
-                raise RemoteError(info.code, info.message, details=info.details)
+            if (error := remote_error(reply.headers, reply.data)) is not None:
+                raise error
             return decoder.decode(reply.data)
         except Exception as exc:
             record_failure(span, exc)

@@ -33,7 +33,14 @@ from opentelemetry.trace import SpanKind
 
 from . import blobs, ops, subjects
 from . import headers as h
-from .errors import Conflict, DeadlineExceeded, RemoteError, Unauthenticated, Unavailable
+from .errors import (
+    Conflict,
+    DeadlineExceeded,
+    RemoteError,
+    Unauthenticated,
+    Unavailable,
+    remote_error,
+)
 from .expiring_user import ExpiringUserConnection
 from .messages import (
     ChatMessage,
@@ -45,7 +52,6 @@ from .messages import (
     encode,
 )
 from .messages.auth import Identity, WhoAmI
-from .messages.errors import ERROR_DECODER
 from .messages.runs import RUN_EVENT_DECODER, RunGet
 from .ops import Op
 from .telemetry import inject, messaging_attributes, traceparent_trace_id
@@ -120,9 +126,8 @@ class RunbusClient:
                 raise Unavailable("no auth service answers: is runbus up?") from None
             except nats.errors.TimeoutError:
                 raise DeadlineExceeded("the auth service did not answer whoami") from None
-            if reply.headers and h.ERROR in reply.headers:
-                info = ERROR_DECODER.decode(reply.data).error
-                raise RemoteError(info.code, info.message, details=info.details)
+            if (error := remote_error(reply.headers, reply.data)) is not None:
+                raise error
             self._identity = ops.AUTH_WHOAMI.decode_reply.decode(reply.data)
         return self._identity
 
@@ -394,9 +399,8 @@ class RunbusClient:
             raise Unavailable(f"no gateway answers {name!r}: is runbus up?") from None
         except nats.errors.TimeoutError:
             raise DeadlineExceeded(f"no reply to {name!r} within {timeout:.0f}s") from None
-        if reply.headers and h.ERROR in reply.headers:
-            info = ERROR_DECODER.decode(reply.data).error
-            raise RemoteError(info.code, info.message, details=info.details)
+        if (error := remote_error(reply.headers, reply.data)) is not None:
+            raise error
         return reply_decoder.decode(reply.data)
 
 

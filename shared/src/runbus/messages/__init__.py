@@ -13,7 +13,7 @@ from .contents import (
     UriContent,
     UsageContent,
 )
-from .errors import ErrorInfo, ErrorReply
+from .errors import ErrorCode, ErrorInfo, ErrorReply
 from .history import HistoryAppend, HistoryAppended, HistoryLoad, HistoryLoaded
 from .memory import MemoryHit, MemoryHits, MemorySearch, MemoryStore, MemoryStored
 from .model import ModelRequest, ModelResponse, ModelSettings, ToolSpec
@@ -37,6 +37,7 @@ __all__ = [
     "CompactResult",
     "Content",
     "DataContent",
+    "ErrorCode",
     "ErrorInfo",
     "ErrorReply",
     "FunctionCallContent",
