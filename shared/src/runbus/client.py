@@ -182,7 +182,7 @@ class RunbusClient:
                 await self.call(ops.API_RUNS_GET, RunGet(run_id=run_id))
                 return
             except RemoteError as exc:
-                if exc.remote_code != "not_found":
+                if exc.known_code != "not_found":
                     raise
             await asyncio.sleep(wait)
         raise Conflict(f"run id {run_id!r} is already in use; start the run with a new id")

@@ -56,6 +56,7 @@ from google.protobuf import json_format
 from runbus import ops
 from runbus.client import RunbusClient
 from runbus.errors import RunbusError, Unavailable, UnknownAgent
+from runbus.messages import ErrorCode
 from runbus.messages.runs import AgentList, AgentSummary
 
 from . import sse
@@ -126,7 +127,7 @@ METHODS: Final = frozenset({*_V1_UNARY, *_V1_STREAMING, *_V03_METHODS, *_V03_PUS
 STREAMING: Final = frozenset({*_V1_STREAMING, "message/stream", "tasks/resubscribe"})
 """Methods answered as Server-Sent Events."""
 
-ERROR_BY_CODE: Final[dict[str, type[A2AError]]] = {
+ERROR_BY_CODE: Final[dict[ErrorCode, type[A2AError]]] = {
     "bad_request": InvalidParamsError,
     "not_found": TaskNotFoundError,
 }
@@ -298,7 +299,7 @@ async def _stream(envelope: JsonRpcRequest, context: ServerCallContext) -> Frame
 def _a2a_error(exc: A2AError | RunbusError) -> A2AError:
     if isinstance(exc, A2AError):
         return exc
-    error = ERROR_BY_CODE.get(exc.to_info().code)
+    error = _as_a2a(exc)
     if error is None:
         raise exc  # the ingress's typed HTTP error
     return error(exc.message)
@@ -342,10 +343,14 @@ async def _send_stream(
     return response
 
 
+def _as_a2a(exc: RunbusError) -> type[A2AError] | None:
+    code = exc.to_info().known_code
+    return None if code is None else ERROR_BY_CODE.get(code)
+
+
 def _stream_error(exc: Exception) -> A2AError:
     if isinstance(exc, A2AError):
         return exc
     if isinstance(exc, RunbusError):
-        error = ERROR_BY_CODE.get(exc.to_info().code, InternalError)
-        return error(exc.message)
+        return (_as_a2a(exc) or InternalError)(exc.message)
     return InternalError("internal error")

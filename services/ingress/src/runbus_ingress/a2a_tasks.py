@@ -83,9 +83,9 @@ def run_input(message: Message) -> list[ChatMessage]:
 
 
 def state_of_failure(error: ErrorInfo) -> int:
-    return (
-        TaskState.TASK_STATE_CANCELED if error.code == "cancelled" else TaskState.TASK_STATE_FAILED
-    )
+    if error.known_code == "cancelled":
+        return TaskState.TASK_STATE_CANCELED
+    return TaskState.TASK_STATE_FAILED
 
 
 def _json(value: Any) -> Any:

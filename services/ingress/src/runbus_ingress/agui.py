@@ -234,7 +234,7 @@ async def _todos(client: RunbusClient, session_id: str) -> list[dict[str, Any]]:
     try:
         info = await client.call(ops.SESSIONS_GET, SessionGet(session_id=session_id))
     except RemoteError as exc:
-        if exc.remote_code != NotFound.code:
+        if exc.known_code != NotFound.code:
             raise
         return []  # the run has not opened its session yet: it has no list
     try:

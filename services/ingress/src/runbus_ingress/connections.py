@@ -92,7 +92,7 @@ class UserConnections:
         try:
             yield connection.client
         except RemoteError as exc:
-            if exc.remote_code == Unauthenticated.code:
+            if exc.known_code == Unauthenticated.code:
                 # A token the bus refuses keeps no connection: the next request tries afresh.
                 connection.last_used = 0.0
             raise

@@ -9,11 +9,12 @@ import structlog
 from aiohttp import web
 
 from runbus.errors import RunbusError
-from runbus.messages import ErrorInfo, ErrorReply, encode
+from runbus.messages import ErrorCode, ErrorInfo, ErrorReply, encode
+from runbus.messages.errors import known_code
 
 log = structlog.get_logger()
 
-STATUS_BY_CODE: Final[dict[str, int]] = {
+STATUS_BY_CODE: Final[dict[ErrorCode, int]] = {
     "bad_request": 400,
     "context_too_long": 400,  # as OpenAI answers a prompt longer than the model's context
     "unsupported_request": 400,
@@ -33,8 +34,15 @@ STATUS_BY_CODE: Final[dict[str, int]] = {
 }
 """HTTP status of a runbus error code; any other code is a 500."""
 
+
+def status_of(code: str) -> int:
+    """The HTTP status of error code `code` (500 for one not in `STATUS_BY_CODE`)."""
+    known = known_code(code)
+    return 500 if known is None else STATUS_BY_CODE.get(known, 500)
+
+
 # aiohttp's own refusals (no route, wrong method, body too large) answered in the same shape.
-_CODE_BY_STATUS: Final[dict[int, str]] = {
+_CODE_BY_STATUS: Final[dict[int, ErrorCode]] = {
     404: "not_found",
     405: "method_not_allowed",
     413: "too_large",
@@ -80,7 +88,7 @@ def error_response(
 ) -> web.Response:
     """`{"type": "error", "error": {code, message, details}}`, the body of a bus error reply;
     with `openai`, `{"error": {message, type, code, param}}` as OpenAI's API answers."""
-    status = status or STATUS_BY_CODE.get(info.code, 500)
+    status = status or status_of(info.code)
     headers = dict(headers or {})
     if status == 401:
         headers["WWW-Authenticate"] = "Bearer"

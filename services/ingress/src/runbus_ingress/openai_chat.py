@@ -45,7 +45,7 @@ from .context import (
     ingress_of,
     json_response,
 )
-from .errors import STATUS_BY_CODE, error_response, openai_error
+from .errors import error_response, openai_error, status_of
 
 log = structlog.get_logger()
 
@@ -228,7 +228,7 @@ async def _stream(
             if isinstance(exc, RunbusError)
             else ErrorInfo(code="internal", message="internal error")
         )
-        error = {"error": openai_error(info, STATUS_BY_CODE.get(info.code, 500))}
+        error = {"error": openai_error(info, status_of(info.code))}
         await response.write(sse.data_frame(msgspec.json.encode(error)))
     await response.write(DONE)
     return response
@@ -259,7 +259,7 @@ async def _send_chunks(
                         await response.write(completion.chunk(usage=completion.usage(event)))
                     break
                 case RunFailed(error=error):
-                    status = STATUS_BY_CODE.get(error.code, 500)
+                    status = status_of(error.code)
                     body = {"error": openai_error(error, status)}
                     await response.write(sse.data_frame(msgspec.json.encode(body)))
                     break

@@ -154,7 +154,7 @@ class ChatConsole:
         try:
             info = await self.client.call(ops.SESSIONS_GET, SessionGet(session_id=self.session_id))
         except RemoteError as exc:
-            if exc.remote_code == "not_found":
+            if exc.known_code == "not_found":
                 return None
             raise
         return info.record
@@ -207,7 +207,7 @@ class ChatConsole:
                     ),
                 )
             except RemoteError as exc:
-                if exc.remote_code == "conflict":
+                if exc.known_code == "conflict":
                     continue
                 raise
             self.say(f"mode: {changed.mode} (the agent is told on its next run)")
