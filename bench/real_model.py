@@ -24,12 +24,13 @@ import uvloop
 from tests.stack import start_stack
 
 from bench.processes import OPEN_BUS_ALICE
+from runbus import ops
 from runbus.client import RunbusClient
 from runbus.embedded import EmbeddedNats
 from runbus.local_model import MODEL_NAME, LocalModelServer, router_toml
 from runbus.logs import configure_logging
 from runbus.messages import ModelSettings, RunTextDelta
-from runbus.messages.runs import RUN_INFO_DECODER, RunCancel
+from runbus.messages.runs import RunCancel
 from runbus_gateway.agents import AgentSpec
 from runbus_model_router.config import parse_config
 
@@ -92,7 +93,7 @@ async def cancel_to_idle(
         if isinstance(item.event, RunTextDelta):
             break
     cancelled = time.perf_counter()
-    await client.call("runs.cancel", RunCancel(run_id=run_id), RUN_INFO_DECODER)
+    await client.call(ops.API_RUNS_CANCEL, RunCancel(run_id=run_id))
     # The server's /slots is the only way to see it idle: poll it.
     while True:
         if not await generating(http, server):

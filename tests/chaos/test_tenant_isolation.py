@@ -21,21 +21,17 @@ from nats.js.api import AckPolicy, ConsumerConfig
 
 import runbus.client
 from runbus import headers as h
-from runbus import subjects
+from runbus import ops, subjects
 from runbus.client import RunbusClient
 from runbus.messages import ModelRequest, RunCompleted
 from runbus.messages.errors import ERROR_DECODER
-from runbus.messages.history import HISTORY_LOADED_DECODER, HistoryLoad
-from runbus.messages.memory import MEMORY_LISTED_DECODER, MemoryList
+from runbus.messages.history import HistoryLoad
+from runbus.messages.memory import MemoryList
 from runbus.messages.runs import (
-    APPROVAL_DECIDED_DECODER,
-    RUN_INFO_DECODER,
     ApprovalDecide,
     RunGet,
 )
 from runbus.messages.sessions import (
-    SESSION_EXPORTED_DECODER,
-    SESSION_INFO_DECODER,
     SessionExport,
     SessionGet,
     SessionStateUpdate,
@@ -115,21 +111,18 @@ async def _alice_owns_things(alice: RunbusClient) -> Alice:
         "travel", f"I love {MARKER} tea and I live in Perth.", session_id="s-alice"
     )
     await alice.call(
-        "sessions.state.update",
+        ops.SESSIONS_STATE_UPDATE,
         SessionStateUpdate(session_id="s-alice", key="notes", value=f"{MARKER} notes"),
-        SESSION_INFO_DECODER,
     )
     run_id = await alice.start("booker", "Book QF412 in business", session_id="s-alice-2")
     approval = (run_id, (await approval_requested(alice, run_id, timeout=30)).call_id)
 
     async def remembered() -> list[str]:  # the memory write is queued at the end of the run
-        listed = await alice.call("memory.list", MemoryList(), MEMORY_LISTED_DECODER)
+        listed = await alice.call(ops.MEMORY_LIST, MemoryList())
         return [m.memory_id for m in listed.memories]
 
     memories = await eventually(remembered, what="alice's statement remembered")
-    exported = await alice.call(
-        "sessions.export", SessionExport(session_id="s-alice"), SESSION_EXPORTED_DECODER
-    )
+    exported = await alice.call(ops.SESSIONS_EXPORT, SessionExport(session_id="s-alice"))
     return Alice(
         sessions=["s-alice", "s-alice-2"],
         runs=[done.run_id, run_id],
@@ -145,17 +138,13 @@ async def _alice_view(alice: RunbusClient, owned: Alice) -> object:
     """Everything alice can see of her things: must be the same before and after the sweep."""
     view: list[object] = []
     for session_id in owned.sessions:
-        info = await alice.call(
-            "sessions.get", SessionGet(session_id=session_id), SESSION_INFO_DECODER
-        )
-        loaded = await alice.call(
-            "history.load", HistoryLoad(session_id=session_id), HISTORY_LOADED_DECODER
-        )
+        info = await alice.call(ops.SESSIONS_GET, SessionGet(session_id=session_id))
+        loaded = await alice.call(ops.HISTORY_LOAD, HistoryLoad(session_id=session_id))
         view += [info.record, loaded.messages]
     for run_id in owned.runs:
-        run = await alice.call("runs.get", RunGet(run_id=run_id), RUN_INFO_DECODER)
+        run = await alice.call(ops.API_RUNS_GET, RunGet(run_id=run_id))
         view.append((run.record.status, run.record.updated_at))
-    listed = await alice.call("memory.list", MemoryList(), MEMORY_LISTED_DECODER)
+    listed = await alice.call(ops.MEMORY_LIST, MemoryList())
     view.append(sorted(m.memory_id for m in listed.memories))
     return msgspec.json.encode(view)
 
@@ -315,9 +304,8 @@ async def test_no_other_user_or_tenant_can_read_change_or_detect_alices_things(
         # The first decision wins: had an intruder's denial landed, alice's approval would not.
         run_id, call_id = owned.approval
         decided = await alice.call(
-            "approvals.decide",
+            ops.API_APPROVALS_DECIDE,
             ApprovalDecide(run_id=run_id, call_id=call_id, decision="approved"),
-            APPROVAL_DECIDED_DECODER,
         )
         async for item in alice.follow(run_id, timeout=30):
             final = item.event
@@ -575,9 +563,8 @@ async def test_valid_users_of_either_tenant_reach_nothing_of_alices_on_the_bus_i
         # of an intruder's reached it.
         run_id, call_id = owned.approval
         decided = await as_alice.call(
-            "approvals.decide",
+            ops.API_APPROVALS_DECIDE,
             ApprovalDecide(run_id=run_id, call_id=call_id, decision="approved"),
-            APPROVAL_DECIDED_DECODER,
         )
         finals = [i.event async for i in as_alice.follow(run_id, timeout=30)]
         stream = (

@@ -9,6 +9,7 @@ import msgspec
 import nats
 import pytest
 
+from runbus import ops
 from runbus.client import RunbusClient
 from runbus.errors import RemoteError
 from runbus.messages import (
@@ -17,8 +18,7 @@ from runbus.messages import (
     RunCompleted,
     RunFailed,
 )
-from runbus.messages.history import HISTORY_LOADED_DECODER
-from runbus.messages.runs import APPROVAL_DECIDED_DECODER, ApprovalDecide
+from runbus.messages.runs import ApprovalDecide
 from runbus_examples import AGENTS_DIR
 from runbus_examples.travel import ledger
 from runbus_gateway.agents import load_agents
@@ -77,16 +77,14 @@ async def test_approval_pauses_the_run_across_a_restart_of_every_service_and_boo
         gateway_options=GATEWAY,
     ):
         decided = await alice.call(
-            "approvals.decide",
+            ops.API_APPROVALS_DECIDE,
             ApprovalDecide(run_id=run_id, call_id=asked.call_id, decision="approved"),
-            APPROVAL_DECIDED_DECODER,
         )
         final = await _final(alice, run_id)
         with pytest.raises(RemoteError) as again:
             await alice.call(
-                "approvals.decide",
+                ops.API_APPROVALS_DECIDE,
                 ApprovalDecide(run_id=run_id, call_id=asked.call_id, decision="denied"),
-                APPROVAL_DECIDED_DECODER,
             )
 
     assert asked.tool == "create_booking"
@@ -129,9 +127,8 @@ async def test_runs_waiting_for_a_person_leave_the_replicas_run_slots_to_other_r
         quick_final = await _final(alice, quick)
         for run_id, request in zip(waiting, asked, strict=True):
             await alice.call(
-                "approvals.decide",
+                ops.API_APPROVALS_DECIDE,
                 ApprovalDecide(run_id=run_id, call_id=request.call_id, decision="approved"),
-                APPROVAL_DECIDED_DECODER,
             )
         finals = [await _final(alice, run_id) for run_id in waiting]
 
@@ -155,16 +152,14 @@ async def test_a_denied_call_is_a_result_the_model_reads_and_nothing_is_booked(
         asked = await approval_requested(alice, run_id)
         with pytest.raises(RemoteError) as foreign:
             await bob_client.call(
-                "approvals.decide",
+                ops.API_APPROVALS_DECIDE,
                 ApprovalDecide(run_id=run_id, call_id=asked.call_id, decision="approved"),
-                APPROVAL_DECIDED_DECODER,
             )
         await alice.call(
-            "approvals.decide",
+            ops.API_APPROVALS_DECIDE,
             ApprovalDecide(
                 run_id=run_id, call_id=asked.call_id, decision="denied", note="too expensive"
             ),
-            APPROVAL_DECIDED_DECODER,
         )
         final = await _final(alice, run_id)
 
@@ -199,9 +194,7 @@ async def test_policy_terminate_stops_the_loop_and_answers_every_call_of_the_bat
         gateway_options=GATEWAY,
     ):
         done = await alice.run("travel", "Book both", session_id="term")
-        loaded = await alice.call(
-            "history.load", HistoryLoad(session_id="term"), HISTORY_LOADED_DECODER
-        )
+        loaded = await alice.call(ops.HISTORY_LOAD, HistoryLoad(session_id="term"))
         model.replies = lambda request, step: text("Next run works.")
         after = await alice.run("travel", "Anything else?", session_id="term")
 

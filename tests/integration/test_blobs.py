@@ -7,10 +7,9 @@ from pathlib import Path
 import msgspec
 import nats
 
-from runbus import blobs
+from runbus import blobs, ops
 from runbus.client import RunbusClient
 from runbus.messages import ChatMessage, DataContent, HistoryLoad, TextContent, UriContent
-from runbus.messages.history import HISTORY_LOADED_DECODER
 from runbus_examples import AGENTS_DIR
 from runbus_gateway.agents import load_agents
 from tests.models import GatedModel, text
@@ -38,9 +37,7 @@ async def test_a_two_megabyte_image_reaches_the_model_but_no_message_carries_it(
         )
         done = await client.run("travel", [question], session_id="photo")
         again = await client.run("travel", [question], session_id="photo")
-        loaded = await client.call(
-            "history.load", HistoryLoad(session_id="photo"), HISTORY_LOADED_DECODER
-        )
+        loaded = await client.call(ops.HISTORY_LOAD, HistoryLoad(session_id="photo"))
         stored = await blobs.get(nc, loaded.messages[0].contents[1].uri)  # type: ignore[union-attr]
         await nc.drain()
 

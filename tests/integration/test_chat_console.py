@@ -12,12 +12,11 @@ import nats
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from runbus import todos
+from runbus import ops, todos
 from runbus.client import RunbusClient
 from runbus.commands.chat import ChatConsole, handle_todos
 from runbus.messages import HistoryLoad, ModelRequest
-from runbus.messages.history import HISTORY_LOADED_DECODER
-from runbus.messages.sessions import SESSION_INFO_DECODER, SessionGet, SessionStateUpdate
+from runbus.messages.sessions import SessionGet, SessionStateUpdate
 from runbus.settings import Settings
 from runbus.todos import TodoItem, TodoState
 from runbus_examples import AGENTS_DIR
@@ -87,9 +86,7 @@ async def test_a_line_is_a_streamed_run_and_slash_commands_read_the_session(
     assert "mode: plan (the agent's default)" in after_run
     assert "unknown command /nonsense; /help lists them" in after_run
     assert "Never sent" not in shown
-    loaded = await client.call(
-        "history.load", HistoryLoad(session_id="chat-1"), HISTORY_LOADED_DECODER
-    )
+    loaded = await client.call(ops.HISTORY_LOAD, HistoryLoad(session_id="chat-1"))
     assert [m.text for m in loaded.messages if m.role == "user"] == ["Weather in Sydney?"]
     # /trace names the trace the gateway recorded the run under, with a Jaeger link.
     found = re.search(r"run (r-\w+): trace ([0-9a-f]{32})\n  (\S+)", after_run)
@@ -113,9 +110,7 @@ async def test_mode_switches_from_the_console_reach_the_harness_as_a_one_off_not
     chat, out = console(client, "chat-mode")
     await chat.run(lines("Weather in Perth?", "/mode execute", "/mode execute", "/mode yolo"))
 
-    info = await client.call(
-        "sessions.get", SessionGet(session_id="chat-mode"), SESSION_INFO_DECODER
-    )
+    info = await client.call(ops.SESSIONS_GET, SessionGet(session_id="chat-mode"))
     stored = harness_modes.ModeState  # the gateway's reading of what the console wrote
     mode = msgspec.convert(info.record.state["mode"], stored)
     notice = harness_modes.notification(mode)
@@ -144,9 +139,8 @@ async def test_todos_show_what_the_gateway_stored_in_any_session_without_a_model
         next_id=4,
     )
     await client.call(
-        "sessions.state.update",
+        ops.SESSIONS_STATE_UPDATE,
         SessionStateUpdate(session_id="chat-todos", key="todos", value=todos.dump(stored)),
-        SESSION_INFO_DECODER,
     )
 
     await chat.run(lines("/session", "/todos", "/session switch chat-todos", "/todos"))

@@ -10,12 +10,11 @@ import msgspec
 import nats
 import pytest
 
+from runbus import ops
 from runbus.client import RunbusClient, RunFailedError
 from runbus.errors import RemoteError
 from runbus.messages import ModelRequest, RunCompleted, RunFailed
 from runbus.messages.runs import (
-    APPROVAL_DECIDED_DECODER,
-    RUN_INFO_DECODER,
     ApprovalDecide,
     RunCancel,
     RunGet,
@@ -73,7 +72,7 @@ async def test_a_run_that_fails_at_its_start_leaves_the_session_free_for_the_nex
 
     with pytest.raises(RunFailedError) as failed:
         await alice.run("travel", "I live in Melbourne.", session_id="claims", timeout=60)
-    first = await alice.call("runs.get", RunGet(run_id=failed.value.event.run_id), RUN_INFO_DECODER)
+    first = await alice.call(ops.API_RUNS_GET, RunGet(run_id=failed.value.event.run_id))
     await _bring_back(stack, down, tmp_path)
     after = await alice.run("travel", "What's the weather in Sydney?", session_id="claims")
 
@@ -91,7 +90,7 @@ async def test_a_cancelled_run_leaves_no_approval_anyone_could_still_grant(
     ):
         run_id = await alice.start("travel", "Book QF412 in business", session_id="cancel")
         asked = await approval_requested(alice, run_id)
-        await alice.call("runs.cancel", RunCancel(run_id=run_id), RUN_INFO_DECODER)
+        await alice.call(ops.API_RUNS_CANCEL, RunCancel(run_id=run_id))
         finals = [
             i.event
             async for i in alice.follow(run_id, timeout=20)
@@ -99,9 +98,8 @@ async def test_a_cancelled_run_leaves_no_approval_anyone_could_still_grant(
         ]
         with pytest.raises(RemoteError) as late:
             await alice.call(
-                "approvals.decide",
+                ops.API_APPROVALS_DECIDE,
                 ApprovalDecide(run_id=run_id, call_id=asked.call_id, decision="approved"),
-                APPROVAL_DECIDED_DECODER,
             )
         after = await alice.run("travel", "Anything else?", session_id="cancel")
 
@@ -129,9 +127,7 @@ async def test_a_reply_with_too_many_tool_calls_fails_once_with_its_limit_and_ru
     ) as stack:
         with pytest.raises(RunFailedError) as failed:
             await alice.run("travel", "Weather everywhere?", session_id="flood")
-        record = await alice.call(
-            "runs.get", RunGet(run_id=failed.value.event.run_id), RUN_INFO_DECODER
-        )
+        record = await alice.call(ops.API_RUNS_GET, RunGet(run_id=failed.value.event.run_id))
         after = await alice.run("travel", "Anything else?", session_id="flood")
         tool_calls = _served(stack, "get_weather")
 

@@ -6,9 +6,9 @@ import msgspec
 import nats
 import pytest
 
+from runbus import ops
 from runbus.client import RunbusClient
 from runbus.messages import HistoryLoad, RunCompacted
-from runbus.messages.history import HISTORY_LOADED_DECODER
 from runbus_gateway.agents import load_agents
 from runbus_gateway.errors import GatewayConfigError
 from tests.models import GatedModel, weather_then_answer
@@ -49,9 +49,7 @@ async def test_sliding_window_keeps_the_prompt_to_the_last_turns_while_history_k
             async for event in client.stream("windowed", f"Weather {n}?", session_id="w"):
                 if isinstance(event, RunCompacted):
                     compacted.append(event)
-        loaded = await client.call(
-            "history.load", HistoryLoad(session_id="w"), HISTORY_LOADED_DECODER
-        )
+        loaded = await client.call(ops.HISTORY_LOAD, HistoryLoad(session_id="w"))
         await nc.drain()
 
     last_prompt = model.requests[-1].messages

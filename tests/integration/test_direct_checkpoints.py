@@ -23,14 +23,10 @@ from runbus.history_batches import MissingMessageId
 from runbus.messages import ChatMessage, HistoryLoad, RunCompleted, RunFailed, TextContent
 from runbus.messages.history import (
     BATCH_DECODER,
-    HISTORY_LOADED_DECODER,
     HistoryCompaction,
     StoredBatch,
 )
 from runbus.messages.sessions import (
-    SESSION_DELETED_DECODER,
-    SESSION_EXPORTED_DECODER,
-    SESSION_INFO_DECODER,
     SessionDelete,
     SessionExport,
     SessionGet,
@@ -417,15 +413,9 @@ def shown(messages: list[ChatMessage], run_id: str) -> list[tuple[str, str, str,
 
 
 async def session_as_seen(client: RunbusClient, session_id: str, run_id: str) -> dict[str, Any]:
-    loaded = await client.call(
-        "history.load", HistoryLoad(session_id=session_id), HISTORY_LOADED_DECODER
-    )
-    exported = await client.call(
-        "sessions.export", SessionExport(session_id=session_id), SESSION_EXPORTED_DECODER
-    )
-    record = await client.call(
-        "sessions.get", SessionGet(session_id=session_id), SESSION_INFO_DECODER
-    )
+    loaded = await client.call(ops.HISTORY_LOAD, HistoryLoad(session_id=session_id))
+    exported = await client.call(ops.SESSIONS_EXPORT, SessionExport(session_id=session_id))
+    record = await client.call(ops.SESSIONS_GET, SessionGet(session_id=session_id))
     return {
         "load": shown(loaded.messages, run_id),
         "export": shown(exported.document.messages, run_id),
@@ -457,15 +447,9 @@ async def test_a_runs_history_is_the_same_whichever_way_its_checkpoints_went(
 
         seen = await session_as_seen(alice, "direct", direct.run_id)
         expected = await session_as_seen(alice, "served", served.run_id)
-        exported = await alice.call(
-            "sessions.export", SessionExport(session_id="direct"), SESSION_EXPORTED_DECODER
-        )
-        await alice.call(
-            "sessions.delete", SessionDelete(session_id="direct"), SESSION_DELETED_DECODER
-        )
-        await alice.call(
-            "sessions.import", SessionImport(document=exported.document), SESSION_INFO_DECODER
-        )
+        exported = await alice.call(ops.SESSIONS_EXPORT, SessionExport(session_id="direct"))
+        await alice.call(ops.SESSIONS_DELETE, SessionDelete(session_id="direct"))
+        await alice.call(ops.SESSIONS_IMPORT, SessionImport(document=exported.document))
         imported = await session_as_seen(alice, "direct", direct.run_id)
         batches = await stored_batches(history.nc, "acme", "direct")
 
@@ -509,9 +493,7 @@ async def test_a_run_resumed_after_its_gateway_died_between_direct_checkpoints_s
             async for i in alice.follow(run_id, timeout=20)
             if isinstance(i.event, RunCompleted | RunFailed)
         ]
-        loaded = await alice.call(
-            "history.load", HistoryLoad(session_id="crash"), HISTORY_LOADED_DECODER
-        )
+        loaded = await alice.call(ops.HISTORY_LOAD, HistoryLoad(session_id="crash"))
         batches = await stored_batches(history.nc, "acme", "crash")
 
     assert [type(f) for f in finals] == [RunCompleted]

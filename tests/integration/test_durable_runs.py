@@ -10,7 +10,7 @@ import nats
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
-from runbus import subjects
+from runbus import ops, subjects
 from runbus.client import RunbusClient
 from runbus.messages import (
     ChatMessage,
@@ -20,8 +20,7 @@ from runbus.messages import (
     RunFailed,
     RunTextDelta,
 )
-from runbus.messages.history import HISTORY_LOADED_DECODER
-from runbus.messages.runs import RUN_INFO_DECODER, RUN_LISTED_DECODER, RunGet, RunList
+from runbus.messages.runs import RunGet, RunList
 from runbus.settings import load_settings
 from runbus_examples import AGENTS_DIR, travel
 from runbus_gateway.agents import load_agents
@@ -76,9 +75,7 @@ async def test_run_of_a_dead_gateway_resumes_elsewhere_without_repeating_finishe
             async for i in alice.follow(run_id, timeout=20)
             if isinstance(i.event, RunCompleted | RunFailed)
         ]
-        loaded = await alice.call(
-            "history.load", HistoryLoad(session_id="crash"), HISTORY_LOADED_DECODER
-        )
+        loaded = await alice.call(ops.HISTORY_LOAD, HistoryLoad(session_id="crash"))
         steps = [turn_step(r) for r in model.requests]
         weather_calls = _invocations(stack, "get_weather")
 
@@ -214,7 +211,7 @@ async def test_a_poison_run_ends_in_the_dead_letters_and_does_not_block_others(
             async for i in alice.follow(poison, timeout=30)
             if isinstance(i.event, RunCompleted | RunFailed)
         ]
-        record = await alice.call("runs.get", RunGet(run_id=poison), RUN_INFO_DECODER)
+        record = await alice.call(ops.API_RUNS_GET, RunGet(run_id=poison))
         dead = (
             await stack.services["gateway"]
             .nc.jetstream()
@@ -254,7 +251,7 @@ async def test_a_replica_never_runs_more_than_its_limit(
         held = model.in_flight
         model.release.set()
         finals = [[i.event async for i in alice.follow(r, timeout=20)][-1] for r in run_ids]
-        listed = await alice.call("runs.list", RunList(limit=100), RUN_LISTED_DECODER)
+        listed = await alice.call(ops.API_RUNS_LIST, RunList(limit=100))
 
     assert held == 8
     assert (queue.num_ack_pending, queue.num_pending) == (8, 22)

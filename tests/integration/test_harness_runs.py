@@ -10,10 +10,10 @@ import nats
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from runbus import ops
 from runbus.client import RunbusClient
 from runbus.messages import HistoryLoad, ModelRequest
-from runbus.messages.history import HISTORY_LOADED_DECODER
-from runbus.messages.sessions import SESSION_INFO_DECODER, SessionGet
+from runbus.messages.sessions import SessionGet
 from runbus_examples import AGENTS_DIR
 from runbus_gateway.agents import AgentSpec, load_agents
 from tests.models import GatedModel, call, text
@@ -96,10 +96,8 @@ async def test_todos_live_in_the_state_bag_and_the_model_sees_the_current_list(
         nats_server.url, data_dir=tmp_path, agents=agents, routes={"gated": model}
     ):
         await alice.run("planner", "Plan my trip", session_id="p")
-        info = await alice.call("sessions.get", SessionGet(session_id="p"), SESSION_INFO_DECODER)
-        loaded = await alice.call(
-            "history.load", HistoryLoad(session_id="p"), HISTORY_LOADED_DECODER
-        )
+        info = await alice.call(ops.SESSIONS_GET, SessionGet(session_id="p"))
+        loaded = await alice.call(ops.HISTORY_LOAD, HistoryLoad(session_id="p"))
 
     seen = [
         m.text
@@ -162,9 +160,7 @@ program = "runbus_examples.refund:RefundPolicyAgent"
     agents = {**load_agents(folder), **load_agents(AGENTS_DIR)}
     async with start_stack(nats_server.url, data_dir=tmp_path, agents=agents):
         first = await alice.run("refunds", "I want a refund for my shoes", session_id="r")
-        loaded = await alice.call(
-            "history.load", HistoryLoad(session_id="r"), HISTORY_LOADED_DECODER
-        )
+        loaded = await alice.call(ops.HISTORY_LOAD, HistoryLoad(session_id="r"))
 
     assert first.text
     assert [m.role for m in loaded.messages] == ["user", "assistant"]

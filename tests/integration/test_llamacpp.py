@@ -15,7 +15,7 @@ from nats.aio.client import Client as NATS
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from runbus import subjects
+from runbus import ops
 from runbus.bus import Bus
 from runbus.client import RunbusClient
 from runbus.headers import RunContext
@@ -29,11 +29,9 @@ from runbus.messages import (
     ToolSpec,
 )
 from runbus.messages.model import (
-    MODEL_RESPONSE_DECODER,
-    MODEL_USAGE_REPORT_DECODER,
     ModelUsageQuery,
 )
-from runbus.messages.runs import RUN_INFO_DECODER, RunCancel, RunGet
+from runbus.messages.runs import RunCancel, RunGet
 from runbus_gateway.agents import AgentSpec
 from runbus_model_router.config import RouterConfig, parse_config
 from tests.helpers import eventually
@@ -134,7 +132,7 @@ async def test_a_generation_longer_than_the_hop_timeout_streams_and_completes_in
     took = done_at - started
     assert took > HOP_TIMEOUT, f"the generation took {took:.1f}s: not longer than the timeout"
     assert completed.usage.output_tokens == LONG_TOKENS  # max_output_tokens
-    info = await client.call("runs.get", RunGet(run_id="r-long"), RUN_INFO_DECODER)
+    info = await client.call(ops.API_RUNS_GET, RunGet(run_id="r-long"))
     assert info.record.attempts == 1
 
     # Streamed as produced, not delivered at the end: the deltas are spread over the
@@ -170,8 +168,8 @@ async def test_output_cap_is_honoured_and_the_cut_is_told_in_the_events_and_usag
     cuts = [e for e in events if isinstance(e, RunTextDelta) and e.finish_reason]
     assert [(c.delta, c.finish_reason) for c in cuts] == [("", "length")]
     ctx = RunContext(props={"tenant": "acme"})
-    report = await real_stack.services["gateway"].bus.request(
-        subjects.MODEL_USAGE, ModelUsageQuery(), MODEL_USAGE_REPORT_DECODER, ctx=ctx
+    report = await real_stack.services["gateway"].bus.call(
+        ops.MODEL_USAGE, ModelUsageQuery(), ctx=ctx
     )
     rows = [r for r in report.rows if r.route == "local"]
     assert rows, report
@@ -187,7 +185,7 @@ async def test_a_cancelled_run_leaves_the_server_idle_within_two_seconds(
         if isinstance(item.event, RunTextDelta):
             break
     assert await generating(llama) == 1
-    await client.call("runs.cancel", RunCancel(run_id=run_id), RUN_INFO_DECODER)
+    await client.call(ops.API_RUNS_CANCEL, RunCancel(run_id=run_id))
     await until_idle(llama, within=2.0)
 
 
@@ -208,8 +206,11 @@ async def test_a_caller_that_dies_mid_generation_leaves_the_server_idle_within_t
     ctx = RunContext(run_id="r-dies", props={"tenant": "acme", "user_id": "alice"})
     bus = Bus(caller, real_stack.services["gateway"].tracer)
     call = asyncio.ensure_future(
-        bus.request(
-            subjects.MODEL_COMPLETE, request, MODEL_RESPONSE_DECODER, ctx=ctx, progress=True
+        bus.call(
+            ops.MODEL_COMPLETE,
+            request,
+            ctx=ctx,
+            progress=True,
         )
     )
     await deltas.next_msg(timeout=30)
@@ -242,8 +243,8 @@ async def test_a_model_without_native_tool_calls_calls_a_tool_through_structured
         seed=1,
     )
     ctx = RunContext(run_id="r-json", props={"tenant": "acme", "user_id": "alice"})
-    response = await real_stack.services["gateway"].bus.request(
-        subjects.MODEL_COMPLETE, request, MODEL_RESPONSE_DECODER, ctx=ctx, progress=True
+    response = await real_stack.services["gateway"].bus.call(
+        ops.MODEL_COMPLETE, request, ctx=ctx, progress=True
     )
     assert response.finish_reason == "tool_calls"
     [call] = response.message.function_calls

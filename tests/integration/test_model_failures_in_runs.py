@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from nats.aio.client import Client as NATS
 
+from runbus import ops
 from runbus.client import RunbusClient, RunFailedError
-from runbus.messages.runs import RUN_INFO_DECODER, RunGet
+from runbus.messages.runs import RunGet
 from runbus_gateway.agents import AgentSpec
 from runbus_model_router.config import parse_config
 from tests.integration.model_provider import (
@@ -64,7 +65,7 @@ async def test_a_failing_model_fails_the_run_once_and_the_next_run_on_the_sessio
     assert failed.value.remote_code == "model_unavailable"
     # The router's retry (retries = 1) and nothing more: the gateway did not re-run the run.
     assert len(provider.requests) == 2
-    info = await client.call("runs.get", RunGet(run_id="r-fail"), RUN_INFO_DECODER)
+    info = await client.call(ops.API_RUNS_GET, RunGet(run_id="r-fail"))
     assert (info.record.status, info.record.attempts) == ("failed", 1)
 
     completed = await client.run("chat", "Second question", session_id="s-flaky", run_id="r-ok")
@@ -88,7 +89,7 @@ async def test_a_prompt_too_long_for_the_model_fails_the_run_saying_what_to_chan
 
     assert failed.value.remote_code == "context_too_long"
     assert len(provider.requests) == 1, "neither the router nor the gateway tried again"
-    info = await client.call("runs.get", RunGet(run_id="r-long"), RUN_INFO_DECODER)
+    info = await client.call(ops.API_RUNS_GET, RunGet(run_id="r-long"))
     assert info.record.error is not None
     shown = info.record.error.message
     assert shown.startswith("the prompt is too long for model 'small-1' (5012 tokens; it holds")

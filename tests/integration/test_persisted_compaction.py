@@ -9,14 +9,12 @@ import msgspec
 import nats
 import pytest
 
+from runbus import ops
 from runbus.client import RunbusClient
 from runbus.errors import RemoteError
 from runbus.messages import HistoryLoad
-from runbus.messages.history import HISTORY_LOADED_DECODER, HistoryLoaded
+from runbus.messages.history import HistoryLoaded
 from runbus.messages.sessions import (
-    SESSION_DELETED_DECODER,
-    SESSION_EXPORTED_DECODER,
-    SESSION_INFO_DECODER,
     SessionDelete,
     SessionExport,
     SessionImport,
@@ -43,9 +41,8 @@ PER_RUN = 4
 
 async def load(client: RunbusClient, session_id: str, *, originals: bool = False) -> HistoryLoaded:
     return await client.call(
-        "history.load",
+        ops.HISTORY_LOAD,
         HistoryLoad(session_id=session_id, originals=originals),
-        HISTORY_LOADED_DECODER,
     )
 
 
@@ -86,20 +83,14 @@ async def test_a_persisted_window_bounds_what_later_runs_load_and_the_originals_
         loaded = await load(client, "w")
         audit = await load(client, "w", originals=True)
 
-        exported = await client.call(
-            "sessions.export", SessionExport(session_id="w"), SESSION_EXPORTED_DECODER
-        )
-        await client.call("sessions.delete", SessionDelete(session_id="w"), SESSION_DELETED_DECODER)
+        exported = await client.call(ops.SESSIONS_EXPORT, SessionExport(session_id="w"))
+        await client.call(ops.SESSIONS_DELETE, SessionDelete(session_id="w"))
         with pytest.raises(RemoteError, match="no session"):
             await load(client, "w")
-        await client.call(
-            "sessions.import", SessionImport(document=exported.document), SESSION_INFO_DECODER
-        )
+        await client.call(ops.SESSIONS_IMPORT, SessionImport(document=exported.document))
         reloaded = await load(client, "w")
         reaudit = await load(client, "w", originals=True)
-        again = await client.call(
-            "sessions.export", SessionExport(session_id="w"), SESSION_EXPORTED_DECODER
-        )
+        again = await client.call(ops.SESSIONS_EXPORT, SessionExport(session_id="w"))
 
     # The model saw the window's last two turns ...
     assert [m.text for m in model.requests[-1].messages if m.role == "user"] == [

@@ -13,14 +13,11 @@ import nats
 import pytest
 from nats.aio.client import Client as NATS
 
-from runbus import subjects
+from runbus import ops, subjects
 from runbus.client import RunbusClient
 from runbus.errors import RemoteError
 from runbus.messages import HistoryLoad, ModelRequest, RunCompleted, RunFailed
-from runbus.messages.history import HISTORY_LOADED_DECODER
 from runbus.messages.runs import (
-    APPROVAL_DECIDED_DECODER,
-    RUN_INFO_DECODER,
     ApprovalDecide,
     RunCancel,
     RunGet,
@@ -135,30 +132,28 @@ async def test_another_owner_can_neither_reuse_nor_steer_a_run_id_and_alice_book
             for decision in ("approved", "denied"):
                 with pytest.raises(RemoteError) as decided:
                     await client.call(
-                        "approvals.decide",
+                        ops.API_APPROVALS_DECIDE,
                         ApprovalDecide(run_id=run_id, call_id=asked.call_id, decision=decision),
-                        APPROVAL_DECIDED_DECODER,
                     )
                 refused[name].append(decided.value.remote_code)
-            for op, body in (("runs.cancel", RunCancel), ("runs.get", RunGet)):
-                with pytest.raises(RemoteError) as answered:
-                    await client.call(op, body(run_id=run_id), RUN_INFO_DECODER)
-                refused[name].append(answered.value.remote_code)
+            with pytest.raises(RemoteError) as cancelled:
+                await client.call(ops.API_RUNS_CANCEL, RunCancel(run_id=run_id))
+            refused[name].append(cancelled.value.remote_code)
+            with pytest.raises(RemoteError) as got:
+                await client.call(ops.API_RUNS_GET, RunGet(run_id=run_id))
+            refused[name].append(got.value.remote_code)
 
         await alice.call(
-            "approvals.decide",
+            ops.API_APPROVALS_DECIDE,
             ApprovalDecide(run_id=run_id, call_id=asked.call_id, decision="approved"),
-            APPROVAL_DECIDED_DECODER,
         )
         final = [
             i.event
             async for i in alice.follow(run_id, timeout=20)
             if isinstance(i.event, RunCompleted | RunFailed)
         ]
-        before = await alice.call("runs.get", RunGet(run_id=run_id), RUN_INFO_DECODER)
-        history = await alice.call(
-            "history.load", HistoryLoad(session_id="trip"), HISTORY_LOADED_DECODER
-        )
+        before = await alice.call(ops.API_RUNS_GET, RunGet(run_id=run_id))
+        history = await alice.call(ops.HISTORY_LOAD, HistoryLoad(session_id="trip"))
         alice_events = [e for e in await _stored_events(alice.nc, run_id) if e[1] == "alice"]
 
         # Past the dedupe window the re-published id reaches the gateway: a conflict, for the
@@ -168,10 +163,8 @@ async def test_another_owner_can_neither_reuse_nor_steer_a_run_id_and_alice_book
         conflicts = {
             name: await _own_failure(users[name], name, run_id) for name in ("bob", "carol")
         }
-        after = await alice.call("runs.get", RunGet(run_id=run_id), RUN_INFO_DECODER)
-        history_after = await alice.call(
-            "history.load", HistoryLoad(session_id="trip"), HISTORY_LOADED_DECODER
-        )
+        after = await alice.call(ops.API_RUNS_GET, RunGet(run_id=run_id))
+        history_after = await alice.call(ops.HISTORY_LOAD, HistoryLoad(session_id="trip"))
         alice_events_after = [e for e in await _stored_events(alice.nc, run_id) if e[1] == "alice"]
         on_alices_subject = await _stored_events(alice.nc, run_id, "acme", "alice")
         on_their_subjects = {

@@ -9,13 +9,11 @@ import msgspec
 import nats
 import pytest
 
+from runbus import ops
 from runbus.client import RunbusClient
 from runbus.errors import RemoteError
 from runbus.messages import ModelRequest, RunCompleted, RunFailed
 from runbus.messages.runs import (
-    APPROVAL_DECIDED_DECODER,
-    RUN_INFO_DECODER,
-    RUN_LISTED_DECODER,
     ApprovalDecide,
     RunCancel,
     RunGet,
@@ -48,12 +46,12 @@ async def clients(nats_server: SecuredNats) -> AsyncIterator[tuple[RunbusClient,
 
 
 async def _statuses(client: RunbusClient) -> dict[str, RunStatus]:
-    listed = await client.call("runs.list", RunList(limit=100), RUN_LISTED_DECODER)
+    listed = await client.call(ops.API_RUNS_LIST, RunList(limit=100))
     return {r.run_id: r.status for r in listed.records}
 
 
 async def _status(client: RunbusClient, run_id: str) -> RunStatus:
-    info = await client.call("runs.get", RunGet(run_id=run_id), RUN_INFO_DECODER)
+    info = await client.call(ops.API_RUNS_GET, RunGet(run_id=run_id))
     return info.record.status
 
 
@@ -90,7 +88,7 @@ async def test_a_tenant_runs_no_more_than_its_limit_across_replicas_and_others_g
         acme_held = await _statuses(alice)
         globex_held = await _statuses(carol)
         cancelled = next(r for r in acme if acme_held[r] == "queued")
-        await alice.call("runs.cancel", RunCancel(run_id=cancelled), RUN_INFO_DECODER)
+        await alice.call(ops.API_RUNS_CANCEL, RunCancel(run_id=cancelled))
         cancel_final = [i.event async for i in alice.follow(cancelled, timeout=5)][-1]
         model.release.set()
         for client, run_ids in ((alice, acme), (carol, globex)):
@@ -120,7 +118,7 @@ async def test_a_run_waiting_for_a_person_can_be_cancelled(
         run_id = await alice.start("travel", "Book QF412 in business", session_id="wait")
         await approval_requested(alice, run_id)
         await eventually(lambda: _is(alice, run_id, "waiting_approval"))
-        await alice.call("runs.cancel", RunCancel(run_id=run_id), RUN_INFO_DECODER)
+        await alice.call(ops.API_RUNS_CANCEL, RunCancel(run_id=run_id))
         final = [i.event async for i in alice.follow(run_id, timeout=5)][-1]
         after = await _status(alice, run_id)
 
@@ -153,9 +151,8 @@ async def test_a_run_waiting_for_a_person_says_so_until_the_decision(
 
         await eventually(waiting_seen)
         await alice.call(
-            "approvals.decide",
+            ops.API_APPROVALS_DECIDE,
             ApprovalDecide(run_id=run_id, call_id=asked.call_id, decision="approved"),
-            APPROVAL_DECIDED_DECODER,
         )
         final = [i.event async for i in alice.follow(run_id, timeout=20)][-1]
         after = await _status(alice, run_id)
@@ -179,7 +176,7 @@ async def test_a_run_queued_for_a_retry_can_be_cancelled_before_its_next_attempt
     ):
         run_id = await alice.start("travel", "Hi", session_id="retry")
         await eventually(lambda: _is(alice, run_id, "queued"), retrying=(RemoteError,))
-        info = await alice.call("runs.cancel", RunCancel(run_id=run_id), RUN_INFO_DECODER)
+        info = await alice.call(ops.API_RUNS_CANCEL, RunCancel(run_id=run_id))
         calls = len(model.requests)
         final = [i.event async for i in alice.follow(run_id, timeout=10)][-1]
         after = await _status(alice, run_id)

@@ -5,6 +5,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import nats
@@ -13,18 +14,13 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from runbus import headers as h
-from runbus import subjects
+from runbus import ops, subjects
 from runbus.client import RunbusClient, RunFailedError
 from runbus.errors import RemoteError
 from runbus.messages import HistoryLoad, RunCompleted, RunFailed
-from runbus.messages.history import HISTORY_LOADED_DECODER
-from runbus.messages.memory import MEMORY_LISTED_DECODER, MemoryList
-from runbus.messages.runs import RUN_INFO_DECODER, RunCancel
+from runbus.messages.memory import MemoryList
+from runbus.messages.runs import RunCancel
 from runbus.messages.sessions import (
-    SESSION_DELETED_DECODER,
-    SESSION_EXPORTED_DECODER,
-    SESSION_INFO_DECODER,
-    SESSION_LISTED_DECODER,
     SessionDelete,
     SessionExport,
     SessionGet,
@@ -32,6 +28,7 @@ from runbus.messages.sessions import (
     SessionList,
     SessionStateUpdate,
 )
+from runbus.ops import Op
 from runbus_examples import AGENTS_DIR
 from runbus_gateway.agents import AgentSpec, load_agents
 from runbus_gateway.auth import TokenVerifier
@@ -62,9 +59,7 @@ async def bob(nats_server: SecuredNats) -> AsyncIterator[RunbusClient]:
 
 
 async def history_of(client: RunbusClient, session_id: str) -> list[str]:
-    loaded = await client.call(
-        "history.load", HistoryLoad(session_id=session_id), HISTORY_LOADED_DECODER
-    )
+    loaded = await client.call(ops.HISTORY_LOAD, HistoryLoad(session_id=session_id))
     return [m.message_id for m in loaded.messages]
 
 
@@ -78,7 +73,7 @@ async def test_ten_runs_store_exactly_the_messages_a_user_would_count(
 
     assert len(ids) == len(set(ids)) == 40  # user, assistant call, tool result, answer, 10 times
     assert ids[:4] == [f"{ids[0].split(':')[0]}:{part}" for part in ("in0", "m0", "t0", "m1")]
-    listed = await alice.call("sessions.list", SessionList(), SESSION_LISTED_DECODER)
+    listed = await alice.call(ops.SESSIONS_LIST, SessionList())
     [record] = [r for r in listed.records if r.session_id == "ten"]
     assert record.history_length == 40
     assert record.active_run is None
@@ -93,13 +88,17 @@ async def test_another_user_cannot_read_change_or_even_detect_a_session(
     stack: Stack, alice: RunbusClient, bob: RunbusClient, nats_server: SecuredNats, op: str
 ) -> None:
     await alice.run("travel", "Weather in Perth?", session_id="alices")
-    message = {
-        "history.load": HistoryLoad(session_id="alices"),
-        "sessions.get": SessionGet(session_id="alices"),
-        "sessions.export": SessionExport(session_id="alices"),
-        "sessions.delete": SessionDelete(session_id="alices"),
-        "sessions.state.update": SessionStateUpdate(session_id="alices", key="k", value=1),
-    }[op]
+    requests: dict[str, tuple[Op[Any, Any], msgspec.Struct]] = {
+        "history.load": (ops.HISTORY_LOAD, HistoryLoad(session_id="alices")),
+        "sessions.get": (ops.SESSIONS_GET, SessionGet(session_id="alices")),
+        "sessions.export": (ops.SESSIONS_EXPORT, SessionExport(session_id="alices")),
+        "sessions.delete": (ops.SESSIONS_DELETE, SessionDelete(session_id="alices")),
+        "sessions.state.update": (
+            ops.SESSIONS_STATE_UPDATE,
+            SessionStateUpdate(session_id="alices", key="k", value=1),
+        ),
+    }
+    operation, message = requests[op]
     carol_nc = await nats.connect(nats_server.url)
     carol = RunbusClient(carol_nc, token="dev-carol")
     answers = []
@@ -108,13 +107,13 @@ async def test_another_user_cannot_read_change_or_even_detect_a_session(
             for session_id in ("alices", "nobody-has-this"):
                 probe = msgspec.structs.replace(message, session_id=session_id)
                 with pytest.raises(RemoteError) as raised:
-                    await intruder.call(op, probe, msgspec.json.Decoder(object))
+                    await intruder.call(operation, probe)
                 answers.append(
                     (raised.value.remote_code, raised.value.message.replace(session_id, "<id>"))
                 )
         # Forged identity headers on the API are ignored: still bob.
         forged = await bob.nc.request(
-            f"runbus.api.{op}",
+            ops.api_op(operation).subject,
             msgspec.json.encode(message),
             timeout=5,
             headers={
@@ -140,24 +139,17 @@ async def test_export_delete_import_round_trips_a_session_byte_for_byte(
     await alice.run("travel", "Weather in Hobart?", session_id="trip")
     await alice.run("travel", "Remember that I like aisle seats.", session_id="trip")
     await alice.call(
-        "sessions.state.update",
+        ops.SESSIONS_STATE_UPDATE,
         SessionStateUpdate(session_id="trip", key="selected_flight", value={"id": "QF1"}),
-        SESSION_INFO_DECODER,
     )
-    exported = await alice.call(
-        "sessions.export", SessionExport(session_id="trip"), SESSION_EXPORTED_DECODER
-    )
+    exported = await alice.call(ops.SESSIONS_EXPORT, SessionExport(session_id="trip"))
     before = msgspec.json.encode(exported.document)
 
-    await alice.call("sessions.delete", SessionDelete(session_id="trip"), SESSION_DELETED_DECODER)
+    await alice.call(ops.SESSIONS_DELETE, SessionDelete(session_id="trip"))
     with pytest.raises(RemoteError, match="no session"):
         await history_of(alice, "trip")
-    await alice.call(
-        "sessions.import", SessionImport(document=exported.document), SESSION_INFO_DECODER
-    )
-    again = await alice.call(
-        "sessions.export", SessionExport(session_id="trip"), SESSION_EXPORTED_DECODER
-    )
+    await alice.call(ops.SESSIONS_IMPORT, SessionImport(document=exported.document))
+    again = await alice.call(ops.SESSIONS_EXPORT, SessionExport(session_id="trip"))
 
     assert msgspec.json.encode(again.document) == before
     assert again.document.record.state == {"selected_flight": {"id": "QF1"}}
@@ -168,33 +160,27 @@ async def test_importing_someone_elses_document_is_refused(
     stack: Stack, alice: RunbusClient, bob: RunbusClient
 ) -> None:
     await alice.run("travel", "Weather in Hobart?", session_id="mine")
-    exported = await alice.call(
-        "sessions.export", SessionExport(session_id="mine"), SESSION_EXPORTED_DECODER
-    )
+    exported = await alice.call(ops.SESSIONS_EXPORT, SessionExport(session_id="mine"))
     with pytest.raises(RemoteError) as raised:
-        await bob.call(
-            "sessions.import", SessionImport(document=exported.document), SESSION_INFO_DECODER
-        )
+        await bob.call(ops.SESSIONS_IMPORT, SessionImport(document=exported.document))
     assert raised.value.remote_code == "forbidden"
 
 
 async def test_state_bag_updates_are_compare_and_set(stack: Stack, alice: RunbusClient) -> None:
     await alice.run("travel", "Weather in Hobart?", session_id="cas")
-    info = await alice.call("sessions.get", SessionGet(session_id="cas"), SESSION_INFO_DECODER)
+    info = await alice.call(ops.SESSIONS_GET, SessionGet(session_id="cas"))
     first = await alice.call(
-        "sessions.state.update",
+        ops.SESSIONS_STATE_UPDATE,
         SessionStateUpdate(
             session_id="cas", key="todos", value=[1], expected_revision=info.record.revision
         ),
-        SESSION_INFO_DECODER,
     )
     with pytest.raises(RemoteError) as raised:
         await alice.call(
-            "sessions.state.update",
+            ops.SESSIONS_STATE_UPDATE,
             SessionStateUpdate(
                 session_id="cas", key="todos", value=[2], expected_revision=info.record.revision
             ),
-            SESSION_INFO_DECODER,
         )
     assert raised.value.remote_code == "conflict"
     assert first.record.state == {"todos": [1]}
@@ -345,7 +331,7 @@ async def test_cancelled_run_keeps_its_checkpoint_and_the_session_stays_usable(
     run_id = await alice.start("travel", "Weather?", session_id="cx")
     await asyncio.wait_for(model.reached.wait(), 10)
 
-    info = await alice.call("runs.cancel", RunCancel(run_id=run_id), RUN_INFO_DECODER)
+    info = await alice.call(ops.API_RUNS_CANCEL, RunCancel(run_id=run_id))
     final = await asyncio.wait_for(_final(alice, run_id), 1.0)
 
     assert info.record.status == "running"
@@ -366,7 +352,7 @@ async def test_deleting_a_session_cancels_the_run_working_on_it(
     run_id = await alice.start("travel", "Weather?", session_id="gone")
     await asyncio.wait_for(model.reached.wait(), 10)
 
-    await alice.call("sessions.delete", SessionDelete(session_id="gone"), SESSION_DELETED_DECODER)
+    await alice.call(ops.SESSIONS_DELETE, SessionDelete(session_id="gone"))
     final = await asyncio.wait_for(_final(alice, run_id), 10)
     model.release.set()
 
@@ -385,15 +371,13 @@ async def test_deleting_a_session_forgets_the_memories_stored_from_it(
     listing = MemoryList()
 
     async def both_stored() -> bool:  # memory writes land through a stream, after the run
-        listed = await alice.call("memory.list", listing, MEMORY_LISTED_DECODER)
+        listed = await alice.call(ops.MEMORY_LIST, listing)
         return len(listed.memories) == 2
 
     await eventually(both_stored)
 
-    deleted = await alice.call(
-        "sessions.delete", SessionDelete(session_id="forget"), SESSION_DELETED_DECODER
-    )
-    left = await alice.call("memory.list", listing, MEMORY_LISTED_DECODER)
+    deleted = await alice.call(ops.SESSIONS_DELETE, SessionDelete(session_id="forget"))
+    left = await alice.call(ops.MEMORY_LIST, listing)
 
     assert deleted.memories_forgotten
     assert [m.text for m in left.memories] == ["I fly from Perth."]

@@ -8,10 +8,11 @@ import msgspec
 import nats
 import pytest
 
+from runbus import ops
 from runbus.client import RunbusClient
 from runbus.errors import ModelError
 from runbus.messages import ChatMessage, ModelRequest, RunFailed
-from runbus.messages.runs import RUN_INFO_DECODER, RunGet
+from runbus.messages.runs import RunGet
 from runbus_examples import AGENTS_DIR
 from runbus_gateway.agents import load_agents
 from runbus_gateway.harness.config import HarnessConfig
@@ -50,7 +51,7 @@ async def test_a_failed_run_shows_its_owner_the_agents_text_not_the_upstream_mes
         ):
             run_id = await alice.start(agent, "Weather in Hobart?", session_id="s-err")
             final = [i.event async for i in alice.follow(run_id, timeout=20)][-1]
-            record = (await alice.call("runs.get", RunGet(run_id=run_id), RUN_INFO_DECODER)).record
+            record = (await alice.call(ops.API_RUNS_GET, RunGet(run_id=run_id))).record
     finally:
         await alice.nc.drain()
 

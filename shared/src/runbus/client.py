@@ -18,7 +18,7 @@ import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing, asynccontextmanager
-from typing import Any, Final, TypeVar, overload
+from typing import Any, Final, TypeVar
 
 import msgspec
 import nats
@@ -57,7 +57,6 @@ from .ops import Op
 from .telemetry import inject, messaging_attributes, traceparent_trace_id
 from .tokens import token_digest
 
-T = TypeVar("T")
 Req = TypeVar("Req", bound=msgspec.Struct)
 Rep = TypeVar("Rep", bound=msgspec.Struct)
 API_PREFIX: Final = subjects.api("")
@@ -358,36 +357,11 @@ class RunbusClient:
                     raise RunFailedError(event)
         raise Unavailable("the event stream ended without a final event")
 
-    @overload
-    async def call(self, op: Op[Req, Rep], message: Req, *, timeout: float = 30.0) -> Rep: ...
-
-    @overload
-    async def call(
-        self,
-        op: str,
-        message: msgspec.Struct,
-        decoder: msgspec.json.Decoder[T],
-        *,
-        timeout: float = 30.0,
-    ) -> T: ...
-
-    async def call(
-        self,
-        op: Op[Any, Any] | str,
-        message: msgspec.Struct,
-        decoder: msgspec.json.Decoder[Any] | None = None,
-        *,
-        timeout: float = 30.0,
-    ) -> Any:
-        """An authenticated client-API operation: a declared one (`ops.API_RUNS_CANCEL`, or a
-        service operation the gateway forwards such as `ops.SESSIONS_LIST`), or one named by
-        its API name (`"sessions.list"`) with the reply's decoder."""
-        if isinstance(op, Op):
-            api = op if op.subject.startswith(API_PREFIX) else ops.api_op(op)
-            subject, name, reply_decoder = api.subject, api.name, api.decode_reply
-        else:
-            assert decoder is not None, "a client-API call by name needs the reply's decoder"
-            subject, name, reply_decoder = subjects.api(op), op, decoder
+    async def call(self, op: Op[Req, Rep], message: Req, *, timeout: float = 30.0) -> Rep:
+        """An authenticated client-API operation: a declared one (`ops.API_RUNS_CANCEL`), or a
+        service operation the gateway forwards (`ops.SESSIONS_LIST`)."""
+        api = op if op.subject.startswith(API_PREFIX) else ops.api_op(op)
+        subject, name = api.subject, api.name
         try:
             reply = await self.nc.request(
                 subject,
@@ -401,7 +375,7 @@ class RunbusClient:
             raise DeadlineExceeded(f"no reply to {name!r} within {timeout:.0f}s") from None
         if (error := remote_error(reply.headers, reply.data)) is not None:
             raise error
-        return reply_decoder.decode(reply.data)
+        return api.decode_reply.decode(reply.data)
 
 
 def refused_message(url: str) -> str:

@@ -9,9 +9,9 @@ import pydantic
 import pytest
 from openai import AsyncOpenAI
 
+from runbus import ops
 from runbus.client import RunbusClient
 from runbus.messages import HistoryLoad, RunCompleted
-from runbus.messages.history import HISTORY_LOADED_DECODER
 
 
 def runbus_of(model: pydantic.BaseModel) -> Any:
@@ -101,9 +101,7 @@ async def test_the_user_field_names_the_session_that_keeps_the_conversation(
         ],
         user="oa-chat",
     )
-    loaded = await alice.call(
-        "history.load", HistoryLoad(session_id="oa-chat"), HISTORY_LOADED_DECODER
-    )
+    loaded = await alice.call(ops.HISTORY_LOAD, HistoryLoad(session_id="oa-chat"))
 
     assert runbus_of(answer)["session_id"] == "oa-chat"
     # runbus kept the conversation: the turn the client replayed is not stored a second time.
