@@ -1,4 +1,5 @@
-"""The golden wire samples under `golden/` and the decoder each one is read with today.
+"""The golden wire samples under `golden/` and the decoder each one is read with today (the
+operation's own decoder where the message is an operation's request or reply).
 
 A file is named `<tag>.json` or `<tag>--<variant>.json`; content parts are `content.<tag>.json`.
 """
@@ -9,68 +10,11 @@ from typing import Any, Final
 
 import msgspec
 
-from runbus.messages.auth import IDENTITY_DECODER, WHOAMI_DECODER
-from runbus.messages.compaction import COMPACT_REQUEST_DECODER, COMPACT_RESULT_DECODER
+from runbus import ops
 from runbus.messages.contents import Content
 from runbus.messages.errors import ERROR_DECODER
-from runbus.messages.history import (
-    HISTORY_APPEND_DECODER,
-    HISTORY_APPENDED_DECODER,
-    HISTORY_LOAD_DECODER,
-    HISTORY_LOADED_DECODER,
-)
-from runbus.messages.memory import (
-    MEMORY_FORGET_DECODER,
-    MEMORY_FORGOTTEN_DECODER,
-    MEMORY_HITS_DECODER,
-    MEMORY_LIST_DECODER,
-    MEMORY_LISTED_DECODER,
-    MEMORY_SEARCH_DECODER,
-    MEMORY_STATISTICS_DECODER,
-    MEMORY_STATS_DECODER,
-    MEMORY_STORE_DECODER,
-    MEMORY_STORED_DECODER,
-)
-from runbus.messages.model import (
-    MODEL_REQUEST_DECODER,
-    MODEL_RESPONSE_DECODER,
-    MODEL_USAGE_QUERY_DECODER,
-    MODEL_USAGE_REPORT_DECODER,
-)
 from runbus.messages.progress import SERVICE_PROGRESS_DECODER
-from runbus.messages.runs import (
-    AGENT_LIST_DECODER,
-    AGENT_LISTED_DECODER,
-    APPROVAL_DECIDE_DECODER,
-    APPROVAL_DECIDED_DECODER,
-    RUN_CANCEL_DECODER,
-    RUN_EVENT_DECODER,
-    RUN_GET_DECODER,
-    RUN_INFO_DECODER,
-    RUN_LIST_DECODER,
-    RUN_LISTED_DECODER,
-    RUN_REQUEST_DECODER,
-)
-from runbus.messages.sessions import (
-    SESSION_DELETE_DECODER,
-    SESSION_DELETED_DECODER,
-    SESSION_EXPORT_DECODER,
-    SESSION_EXPORTED_DECODER,
-    SESSION_GET_DECODER,
-    SESSION_IMPORT_DECODER,
-    SESSION_INFO_DECODER,
-    SESSION_LIST_DECODER,
-    SESSION_LISTED_DECODER,
-    SESSION_OPEN_DECODER,
-    SESSION_OPENED_DECODER,
-    SESSION_STATE_UPDATE_DECODER,
-)
-from runbus.messages.tools import (
-    TOOL_CATALOG_DECODER,
-    TOOL_INVOKE_DECODER,
-    TOOL_INVOKED_DECODER,
-    TOOL_LIST_DECODER,
-)
+from runbus.messages.runs import RUN_EVENT_DECODER, RUN_REQUEST_DECODER
 
 GOLDEN_DIR: Final = Path(__file__).parent / "golden"
 
@@ -80,8 +24,8 @@ CONTENT_DECODER: Final = msgspec.json.Decoder(Content)
 CONTENT_PREFIX: Final = "content."
 
 DECODERS: Final[dict[str, msgspec.json.Decoder[Any]]] = {
-    "auth.whoami": WHOAMI_DECODER,
-    "auth.identity": IDENTITY_DECODER,
+    "auth.whoami": ops.AUTH_WHOAMI.decode,
+    "auth.identity": ops.AUTH_WHOAMI.decode_reply,
     "run.request": RUN_REQUEST_DECODER,
     "run.started": RUN_EVENT_DECODER,
     "run.compacted": RUN_EVENT_DECODER,
@@ -91,52 +35,52 @@ DECODERS: Final[dict[str, msgspec.json.Decoder[Any]]] = {
     "run.completed": RUN_EVENT_DECODER,
     "run.failed": RUN_EVENT_DECODER,
     "run.approval_requested": RUN_EVENT_DECODER,
-    "agents.list": AGENT_LIST_DECODER,
-    "agents.listed": AGENT_LISTED_DECODER,
-    "approvals.decide": APPROVAL_DECIDE_DECODER,
-    "approvals.decided": APPROVAL_DECIDED_DECODER,
-    "runs.get": RUN_GET_DECODER,
-    "runs.info": RUN_INFO_DECODER,
-    "runs.list": RUN_LIST_DECODER,
-    "runs.listed": RUN_LISTED_DECODER,
-    "runs.cancel": RUN_CANCEL_DECODER,
-    "sessions.open": SESSION_OPEN_DECODER,
-    "sessions.opened": SESSION_OPENED_DECODER,
-    "sessions.get": SESSION_GET_DECODER,
-    "sessions.info": SESSION_INFO_DECODER,
-    "sessions.list": SESSION_LIST_DECODER,
-    "sessions.listed": SESSION_LISTED_DECODER,
-    "sessions.state.update": SESSION_STATE_UPDATE_DECODER,
-    "sessions.export": SESSION_EXPORT_DECODER,
-    "sessions.exported": SESSION_EXPORTED_DECODER,
-    "sessions.import": SESSION_IMPORT_DECODER,
-    "sessions.delete": SESSION_DELETE_DECODER,
-    "sessions.deleted": SESSION_DELETED_DECODER,
-    "model.usage_query": MODEL_USAGE_QUERY_DECODER,
-    "model.usage_report": MODEL_USAGE_REPORT_DECODER,
-    "history.append": HISTORY_APPEND_DECODER,
-    "history.appended": HISTORY_APPENDED_DECODER,
-    "history.load": HISTORY_LOAD_DECODER,
-    "history.loaded": HISTORY_LOADED_DECODER,
-    "memory.store": MEMORY_STORE_DECODER,
-    "memory.stored": MEMORY_STORED_DECODER,
-    "memory.search": MEMORY_SEARCH_DECODER,
-    "memory.hits": MEMORY_HITS_DECODER,
-    "memory.list": MEMORY_LIST_DECODER,
-    "memory.listed": MEMORY_LISTED_DECODER,
-    "memory.forget": MEMORY_FORGET_DECODER,
-    "memory.forgotten": MEMORY_FORGOTTEN_DECODER,
+    "agents.list": ops.API_AGENTS_LIST.decode,
+    "agents.listed": ops.API_AGENTS_LIST.decode_reply,
+    "approvals.decide": ops.API_APPROVALS_DECIDE.decode,
+    "approvals.decided": ops.API_APPROVALS_DECIDE.decode_reply,
+    "runs.get": ops.API_RUNS_GET.decode,
+    "runs.info": ops.API_RUNS_GET.decode_reply,
+    "runs.list": ops.API_RUNS_LIST.decode,
+    "runs.listed": ops.API_RUNS_LIST.decode_reply,
+    "runs.cancel": ops.API_RUNS_CANCEL.decode,
+    "sessions.open": ops.SESSIONS_OPEN.decode,
+    "sessions.opened": ops.SESSIONS_OPEN.decode_reply,
+    "sessions.get": ops.SESSIONS_GET.decode,
+    "sessions.info": ops.SESSIONS_GET.decode_reply,
+    "sessions.list": ops.SESSIONS_LIST.decode,
+    "sessions.listed": ops.SESSIONS_LIST.decode_reply,
+    "sessions.state.update": ops.SESSIONS_STATE_UPDATE.decode,
+    "sessions.export": ops.SESSIONS_EXPORT.decode,
+    "sessions.exported": ops.SESSIONS_EXPORT.decode_reply,
+    "sessions.import": ops.SESSIONS_IMPORT.decode,
+    "sessions.delete": ops.SESSIONS_DELETE.decode,
+    "sessions.deleted": ops.SESSIONS_DELETE.decode_reply,
+    "model.usage_query": ops.MODEL_USAGE.decode,
+    "model.usage_report": ops.MODEL_USAGE.decode_reply,
+    "history.append": ops.HISTORY_APPEND.decode,
+    "history.appended": ops.HISTORY_APPEND.decode_reply,
+    "history.load": ops.HISTORY_LOAD.decode,
+    "history.loaded": ops.HISTORY_LOAD.decode_reply,
+    "memory.store": ops.MEMORY_STORE.decode,
+    "memory.stored": ops.MEMORY_STORE.decode_reply,
+    "memory.search": ops.MEMORY_SEARCH.decode,
+    "memory.hits": ops.MEMORY_SEARCH.decode_reply,
+    "memory.list": ops.MEMORY_LIST.decode,
+    "memory.listed": ops.MEMORY_LIST.decode_reply,
+    "memory.forget": ops.MEMORY_FORGET.decode,
+    "memory.forgotten": ops.MEMORY_FORGET.decode_reply,
     "service.progress": SERVICE_PROGRESS_DECODER,
-    "memory.stats": MEMORY_STATS_DECODER,
-    "memory.statistics": MEMORY_STATISTICS_DECODER,
-    "compaction.compact": COMPACT_REQUEST_DECODER,
-    "compaction.result": COMPACT_RESULT_DECODER,
-    "model.complete": MODEL_REQUEST_DECODER,
-    "model.response": MODEL_RESPONSE_DECODER,
-    "tools.invoke": TOOL_INVOKE_DECODER,
-    "tools.invoked": TOOL_INVOKED_DECODER,
-    "tools.list": TOOL_LIST_DECODER,
-    "tools.catalog": TOOL_CATALOG_DECODER,
+    "memory.stats": ops.MEMORY_STATS.decode,
+    "memory.statistics": ops.MEMORY_STATS.decode_reply,
+    "compaction.compact": ops.COMPACTION_COMPACT.decode,
+    "compaction.result": ops.COMPACTION_COMPACT.decode_reply,
+    "model.complete": ops.MODEL_COMPLETE.decode,
+    "model.response": ops.MODEL_COMPLETE.decode_reply,
+    "tools.invoke": ops.TOOL_INVOKE.family.decode,
+    "tools.invoked": ops.TOOL_INVOKE.family.decode_reply,
+    "tools.list": ops.TOOLS_LIST.decode,
+    "tools.catalog": ops.TOOLS_LIST.decode_reply,
     "error": ERROR_DECODER,
 }
 

@@ -6,11 +6,9 @@ from typing import Any
 import msgspec
 import pytest
 
+from runbus import ops
 from runbus.messages import ErrorInfo, TextContent
 from runbus.messages.errors import ERROR_DECODER
-from runbus.messages.history import HISTORY_APPEND_DECODER, HISTORY_LOAD_DECODER
-from runbus.messages.memory import MEMORY_SEARCH_DECODER, MEMORY_STORE_DECODER
-from runbus.messages.model import MODEL_REQUEST_DECODER
 from runbus.messages.runs import RUN_EVENT_DECODER, RUN_REQUEST_DECODER
 
 from ._goldens import CONTENT_DECODER
@@ -54,9 +52,9 @@ def test_run_request_with_an_unsafe_run_id_or_agent_is_rejected_naming_it(
 @pytest.mark.parametrize("session_id", UNSAFE_IDS)
 def test_history_requests_with_an_unsafe_session_id_are_rejected(session_id: str) -> None:
     with pytest.raises(msgspec.ValidationError, match=r"`\$\.session_id`"):
-        HISTORY_LOAD_DECODER.decode(raw({"type": "history.load", "session_id": session_id}))
+        ops.HISTORY_LOAD.decode.decode(raw({"type": "history.load", "session_id": session_id}))
     with pytest.raises(msgspec.ValidationError, match=r"`\$\.session_id`"):
-        HISTORY_APPEND_DECODER.decode(
+        ops.HISTORY_APPEND.decode.decode(
             raw({"type": "history.append", "session_id": session_id, "messages": []})
         )
 
@@ -146,7 +144,7 @@ def test_model_request_with_tools_that_are_not_a_list_is_rejected() -> None:
     body = {"type": "model.complete", "route": "offline", "messages": [], "tools": {"a": 1}}
 
     with pytest.raises(msgspec.ValidationError, match=r"`\$\.tools`"):
-        MODEL_REQUEST_DECODER.decode(raw(body))
+        ops.MODEL_COMPLETE.decode.decode(raw(body))
 
 
 def test_data_content_that_is_not_base64_is_rejected() -> None:
@@ -157,7 +155,7 @@ def test_data_content_that_is_not_base64_is_rejected() -> None:
 @pytest.mark.parametrize("text", ["", "x" * 8193])
 def test_memory_store_refuses_empty_or_oversized_texts(text: str) -> None:
     with pytest.raises(msgspec.ValidationError, match=r"`\$\.texts\[1\]`"):
-        MEMORY_STORE_DECODER.decode(raw({"type": "memory.store", "texts": ["ok", text]}))
+        ops.MEMORY_STORE.decode.decode(raw({"type": "memory.store", "texts": ["ok", text]}))
 
 
 @pytest.mark.parametrize(
@@ -170,11 +168,11 @@ def test_memory_search_refuses_out_of_range_limits_and_unknown_scopes(
     body = {"type": "memory.search", "query": "window seat", **override}
 
     with pytest.raises(msgspec.ValidationError, match=rf"`\$\.{where}`"):
-        MEMORY_SEARCH_DECODER.decode(raw(body))
+        ops.MEMORY_SEARCH.decode.decode(raw(body))
 
 
 def test_memory_search_defaults_to_the_users_five_best_memories() -> None:
-    search = MEMORY_SEARCH_DECODER.decode(raw({"type": "memory.search", "query": "seat"}))
+    search = ops.MEMORY_SEARCH.decode.decode(raw({"type": "memory.search", "query": "seat"}))
 
     assert (search.scope, search.limit) == ("user", 5)
 

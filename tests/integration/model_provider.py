@@ -15,7 +15,7 @@ from typing import Any
 import nats
 from nats.aio.client import Client as NATS
 
-from runbus import subjects
+from runbus import ops, subjects
 from runbus.headers import RunContext
 from runbus.messages import (
     ChatMessage,
@@ -27,7 +27,6 @@ from runbus.messages import (
     encode,
 )
 from runbus.messages.errors import ERROR_DECODER
-from runbus.messages.model import MODEL_RESPONSE_DECODER
 from runbus_examples.models import default_routes
 from runbus_model_router.backends import ModelBackend
 from runbus_model_router.config import parse_config
@@ -394,7 +393,7 @@ async def complete(
     )
     if reply.headers and reply.headers.get("rb-error"):
         return ERROR_DECODER.decode(reply.data).error
-    return MODEL_RESPONSE_DECODER.decode(reply.data)
+    return ops.MODEL_COMPLETE.decode_reply.decode(reply.data)
 
 
 async def answer(nc: NATS, request: ModelRequest, ctx: RunContext = CTX) -> ModelResponse:

@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from runbus import subjects
+from runbus import ops, subjects
 from runbus.bus import Bus
 from runbus.headers import RunContext
 from runbus.messages import (
@@ -29,13 +29,10 @@ from runbus.messages import (
     TextContent,
 )
 from runbus.messages.compaction import (
-    COMPACT_RESULT_DECODER,
     CompactionStrategy,
     SummarizationCompaction,
     TurnsExceed,
 )
-from runbus.messages.history import HISTORY_LOADED_DECODER
-from runbus.messages.model import MODEL_REQUEST_DECODER
 from runbus.service import Service, ServiceOptions
 from runbus.telemetry import create_tracer_provider
 from runbus_compaction.service import CompactionService
@@ -131,9 +128,7 @@ async def test_summarization_goes_through_the_model_router_as_its_own_span_on_it
 ) -> None:
     request = CompactRequest(messages=conversation(4), strategy=summarising("scripted/summarizer"))
 
-    result = await compaction.request(
-        subjects.COMPACTION_COMPACT, request, COMPACT_RESULT_DECODER, ctx=CTX
-    )
+    result = await compaction.call(ops.COMPACTION_COMPACT, request, ctx=CTX)
 
     assert result.compacted
     summary = result.messages[1]
@@ -171,9 +166,7 @@ async def test_summarization_goes_through_the_model_router_as_its_own_span_on_it
 async def test_a_blank_summary_over_the_bus_becomes_summary_unavailable(compaction: Bus) -> None:
     request = CompactRequest(messages=conversation(3), strategy=summarising("scripted/mute"))
 
-    result = await compaction.request(
-        subjects.COMPACTION_COMPACT, request, COMPACT_RESULT_DECODER, ctx=CTX
-    )
+    result = await compaction.call(ops.COMPACTION_COMPACT, request, ctx=CTX)
 
     assert result.messages[1].text == "[Summary]\n[Summary unavailable]"
 
@@ -184,9 +177,7 @@ async def test_a_summary_on_an_unknown_route_leaves_the_prompt_whole_and_reports
     prompt = conversation(4)
     request = CompactRequest(messages=prompt, strategy=summarising("scripted/nobody"))
 
-    result = await compaction.request(
-        subjects.COMPACTION_COMPACT, request, COMPACT_RESULT_DECODER, ctx=CTX
-    )
+    result = await compaction.call(ops.COMPACTION_COMPACT, request, ctx=CTX)
 
     assert result.messages == prompt
     assert not result.compacted
@@ -212,9 +203,7 @@ async def test_with_no_model_router_running_the_summary_fails_soft(
         request = CompactRequest(messages=prompt, strategy=summarising("cheap"))
         bus = Bus(nc, create_tracer_provider("test").get_tracer("test"))
 
-        result = await bus.request(
-            subjects.COMPACTION_COMPACT, request, COMPACT_RESULT_DECODER, ctx=CTX
-        )
+        result = await bus.call(ops.COMPACTION_COMPACT, request, ctx=CTX)
     finally:
         await service.stop()
         await service.nc.drain()
@@ -262,10 +251,9 @@ async def test_a_bad_spec_or_an_empty_prompt_gets_a_typed_bad_request(
 async def test_the_service_keeps_serving_after_a_bad_request(compaction: Bus, nc: NATS) -> None:
     await nc.request(subjects.COMPACTION_COMPACT, b'{"type": "compaction.compact"}')
 
-    result = await compaction.request(
-        subjects.COMPACTION_COMPACT,
+    result = await compaction.call(
+        ops.COMPACTION_COMPACT,
         CompactRequest(messages=conversation(1), strategy=summarising("scripted/summarizer")),
-        COMPACT_RESULT_DECODER,
         ctx=CTX,
     )
 
@@ -292,7 +280,7 @@ async def test_a_60_turn_session_stays_under_the_agents_budget_on_every_model_ca
     seen: list[list[ChatMessage]] = []
 
     async def record(msg: Msg) -> None:
-        seen.append(MODEL_REQUEST_DECODER.decode(msg.data).messages)
+        seen.append(ops.MODEL_COMPLETE.decode.decode(msg.data).messages)
 
     # A plain subscriber gets a copy of every request the model router's queue group serves.
     watcher = await nc.subscribe(subjects.MODEL_COMPLETE, cb=record)
@@ -303,10 +291,9 @@ async def test_a_60_turn_session_stays_under_the_agents_budget_on_every_model_ca
             assert events[-1]["type"] == "run.completed", events[-1]
         await watcher.unsubscribe()
         bus = Bus(nc, stack.providers["gateway"].get_tracer("test"))
-        history = await bus.request(
-            subjects.HISTORY_LOAD,
+        history = await bus.call(
+            ops.HISTORY_LOAD,
             HistoryLoad(session_id="s1"),
-            HISTORY_LOADED_DECODER,
             ctx=RunContext(session_id="s1", props={"tenant": "acme", "user_id": "alice"}),
         )
 

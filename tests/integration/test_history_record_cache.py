@@ -12,21 +12,17 @@ from nats.aio.client import Client as NATS
 from nats.js.kv import KeyValue
 from opentelemetry import trace
 
-from runbus import subjects
+from runbus import ops, subjects
 from runbus.bus import Bus
 from runbus.errors import RemoteError
 from runbus.headers import RunContext
 from runbus.messages import ChatMessage, HistoryAppend, HistoryLoad, TextContent
 from runbus.messages.history import (
     BATCH_ENCODER,
-    HISTORY_APPENDED_DECODER,
-    HISTORY_LOADED_DECODER,
     HistoryCompaction,
     StoredBatch,
 )
 from runbus.messages.sessions import (
-    SESSION_EXPORTED_DECODER,
-    SESSION_OPENED_DECODER,
     SessionExport,
     SessionOpen,
     SessionRecord,
@@ -168,8 +164,10 @@ async def test_a_release_from_a_stale_cached_record_keeps_the_newer_write(
     """The cache may lag a write (here its watcher is stopped outright); the releasing append
     then fails its compare-and-set, re-reads and keeps the other replica's change."""
     ctx = RunContext(run_id="r-1", props={"tenant": "acme", "user_id": "alice"})
-    await bus.request(
-        subjects.SESSIONS_OPEN, SessionOpen(session_id="s1"), SESSION_OPENED_DECODER, ctx=ctx
+    await bus.call(
+        ops.SESSIONS_OPEN,
+        SessionOpen(session_id="s1"),
+        ctx=ctx,
     )
     await history.records.close()  # from here on, history's cache hears of no write
     stored = await other.get("acme", "s1")
@@ -177,15 +175,14 @@ async def test_a_release_from_a_stale_cached_record_keeps_the_newer_write(
     assert stored.active_run == "r-1"
     await other.update(msgspec.structs.replace(stored, state={"mode": "plan"}))
 
-    appended = await bus.request(
-        subjects.HISTORY_APPEND,
+    appended = await bus.call(
+        ops.HISTORY_APPEND,
         HistoryAppend(
             session_id="s1",
             messages=[ChatMessage(role="user", contents=[], message_id="r-1:in0")],
             release=True,
             history_length=1,
         ),
-        HISTORY_APPENDED_DECODER,
         ctx=ctx,
     )
 
@@ -206,8 +203,10 @@ async def test_opening_a_new_session_claims_it_in_the_write_that_creates_it(
     bucket = f"KV_{subjects.SESSIONS_BUCKET}"
     before = (await nc.jetstream().stream_info(bucket)).state.last_seq
 
-    opened = await bus.request(
-        subjects.SESSIONS_OPEN, SessionOpen(session_id="s1"), SESSION_OPENED_DECODER, ctx=ctx
+    opened = await bus.call(
+        ops.SESSIONS_OPEN,
+        SessionOpen(session_id="s1"),
+        ctx=ctx,
     )
 
     after = (await nc.jetstream().stream_info(bucket)).state.last_seq
@@ -235,14 +234,16 @@ async def test_an_open_reads_stored_history_only_for_a_session_that_exists(
 
     async def open_and_release(run_id: str) -> list[str]:
         run = RunContext(run_id=run_id, props=ctx.props)
-        opened = await bus.request(
-            subjects.SESSIONS_OPEN, SessionOpen(session_id="s1"), SESSION_OPENED_DECODER, ctx=run
+        opened = await bus.call(
+            ops.SESSIONS_OPEN,
+            SessionOpen(session_id="s1"),
+            ctx=run,
         )
         said = ChatMessage(role="user", contents=[TextContent(text=run_id)], message_id=run_id)
         append = HistoryAppend(
             session_id="s1", messages=[said], release=True, incarnation=opened.record.incarnation
         )
-        await bus.request(subjects.HISTORY_APPEND, append, HISTORY_APPENDED_DECODER, ctx=run)
+        await bus.call(ops.HISTORY_APPEND, append, ctx=run)
         return [m.message_id for m in opened.messages]
 
     assert await open_and_release("r-1") == []
@@ -277,21 +278,22 @@ async def test_a_new_session_never_shows_what_a_deleted_one_of_the_same_id_left_
     compaction = HistoryCompaction(messages=[secret("r-old:sum")], incarnation="")
     await js.publish(subjects.history_compactions("acme", "s1"), BATCH_ENCODER.encode(compaction))
     bob = RunContext(run_id="r-bob", props={"tenant": "acme", "user_id": "bob"})
-    opened = await bus.request(
-        subjects.SESSIONS_OPEN, SessionOpen(session_id="s1"), SESSION_OPENED_DECODER, ctx=bob
-    )
-    mine = ChatMessage(role="user", contents=[TextContent(text="bob's")], message_id="r-bob:in0")
-    await bus.request(
-        subjects.HISTORY_APPEND,
-        HistoryAppend(session_id="s1", messages=[mine], incarnation=opened.record.incarnation),
-        HISTORY_APPENDED_DECODER,
+    opened = await bus.call(
+        ops.SESSIONS_OPEN,
+        SessionOpen(session_id="s1"),
         ctx=bob,
     )
-    loaded = await bus.request(
-        subjects.HISTORY_LOAD, HistoryLoad(session_id="s1"), HISTORY_LOADED_DECODER, ctx=bob
+    mine = ChatMessage(role="user", contents=[TextContent(text="bob's")], message_id="r-bob:in0")
+    await bus.call(
+        ops.HISTORY_APPEND,
+        HistoryAppend(session_id="s1", messages=[mine], incarnation=opened.record.incarnation),
+        ctx=bob,
     )
-    exported = await bus.request(
-        subjects.SESSIONS_EXPORT, SessionExport(session_id="s1"), SESSION_EXPORTED_DECODER, ctx=bob
+    loaded = await bus.call(ops.HISTORY_LOAD, HistoryLoad(session_id="s1"), ctx=bob)
+    exported = await bus.call(
+        ops.SESSIONS_EXPORT,
+        SessionExport(session_id="s1"),
+        ctx=bob,
     )
 
     assert (opened.created, opened.record.owner, opened.history_end) == (True, "bob", 0)
@@ -308,8 +310,10 @@ async def test_a_release_never_changes_a_session_someone_else_created_since(
     (history's cache still holding alice's record): the compare-and-set fails, the re-read
     finds bob's record, and the release is refused instead of writing to it."""
     alice = RunContext(run_id="r-1", props={"tenant": "acme", "user_id": "alice"})
-    await bus.request(
-        subjects.SESSIONS_OPEN, SessionOpen(session_id="s1"), SESSION_OPENED_DECODER, ctx=alice
+    await bus.call(
+        ops.SESSIONS_OPEN,
+        SessionOpen(session_id="s1"),
+        ctx=alice,
     )
     await history.records.close()  # from here on, history's cache hears of no write
     await other.delete("acme", "s1")
@@ -317,10 +321,9 @@ async def test_a_release_never_changes_a_session_someone_else_created_since(
     assert bobs is not None
 
     with pytest.raises(RemoteError) as refused:
-        await bus.request(
-            subjects.HISTORY_APPEND,
+        await bus.call(
+            ops.HISTORY_APPEND,
             HistoryAppend(session_id="s1", messages=[], release=True, history_length=7),
-            HISTORY_APPENDED_DECODER,
             ctx=alice,
         )
 
@@ -336,16 +339,18 @@ async def test_what_a_lagging_record_copy_lets_in_is_never_read_as_the_new_sessi
     so the old run's append passes the owner check and is stored, compaction and all; but
     it names the session it opened, and the new one's loads, opens and export skip it."""
     old_run = RunContext(run_id="r-1", props={"tenant": "acme", "user_id": "alice"})
-    opened = await bus.request(
-        subjects.SESSIONS_OPEN, SessionOpen(session_id="s1"), SESSION_OPENED_DECODER, ctx=old_run
+    opened = await bus.call(
+        ops.SESSIONS_OPEN,
+        SessionOpen(session_id="s1"),
+        ctx=old_run,
     )
     await history.records.close()  # from here on, history's cache hears of no write
     await other.delete("acme", "s1")
     made = await other.create(msgspec.structs.replace(record("alice"), incarnation="new"))
     assert made is not None
     old = said("r-1:m0", "the old conversation")
-    late = await bus.request(
-        subjects.HISTORY_APPEND,
+    late = await bus.call(
+        ops.HISTORY_APPEND,
         HistoryAppend(
             session_id="s1",
             messages=[old],
@@ -355,21 +360,22 @@ async def test_what_a_lagging_record_copy_lets_in_is_never_read_as_the_new_sessi
             ),
             incarnation=opened.record.incarnation,
         ),
-        HISTORY_APPENDED_DECODER,
         ctx=old_run,
     )
     assert late.stored == 1  # let in by the lagging copy: what this test is about
     new_run = RunContext(run_id="r-2", props={"tenant": "acme", "user_id": "alice"})
-    await bus.request(
-        subjects.SESSIONS_OPEN, SessionOpen(session_id="s1"), SESSION_OPENED_DECODER, ctx=new_run
+    await bus.call(
+        ops.SESSIONS_OPEN,
+        SessionOpen(session_id="s1"),
+        ctx=new_run,
     )
     # A replica that did not serve that open may still hold the old record: the new run's
     # append, naming the new incarnation, has it read again and is accepted.
     history.records.cache = RecordCache()
     history.records.cache.remember(subjects.session_key("acme", "s1"), opened.record)
     rereads = count_gets(history.records.kv)
-    appended = await bus.request(
-        subjects.HISTORY_APPEND,
+    appended = await bus.call(
+        ops.HISTORY_APPEND,
         HistoryAppend(
             session_id="s1",
             messages=[said("r-2:in0", "the new conversation")],
@@ -377,20 +383,20 @@ async def test_what_a_lagging_record_copy_lets_in_is_never_read_as_the_new_sessi
             history_length=1,
             incarnation="new",
         ),
-        HISTORY_APPENDED_DECODER,
         ctx=new_run,
     )
 
     assert rereads == ["acme.s1"]
 
     third = RunContext(run_id="r-3", props={"tenant": "acme", "user_id": "alice"})
-    reopened = await bus.request(
-        subjects.SESSIONS_OPEN, SessionOpen(session_id="s1"), SESSION_OPENED_DECODER, ctx=third
+    reopened = await bus.call(
+        ops.SESSIONS_OPEN,
+        SessionOpen(session_id="s1"),
+        ctx=third,
     )
-    exported = await bus.request(
-        subjects.SESSIONS_EXPORT,
+    exported = await bus.call(
+        ops.SESSIONS_EXPORT,
         SessionExport(session_id="s1"),
-        SESSION_EXPORTED_DECODER,
         ctx=third,
     )
 

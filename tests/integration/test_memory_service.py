@@ -13,16 +13,11 @@ import nats
 import pytest
 from nats.aio.client import Client as NATS
 
-from runbus import subjects
+from runbus import ops, subjects
+from runbus.errors import remote_error
 from runbus.headers import RunContext
 from runbus.messages import ToolInvoke, encode
-from runbus.messages.errors import ERROR_DECODER
 from runbus.messages.memory import (
-    MEMORY_FORGOTTEN_DECODER,
-    MEMORY_HITS_DECODER,
-    MEMORY_LISTED_DECODER,
-    MEMORY_STATISTICS_DECODER,
-    MEMORY_STORED_DECODER,
     MemoryForget,
     MemoryList,
     MemorySearch,
@@ -30,7 +25,7 @@ from runbus.messages.memory import (
     MemoryStats,
     MemoryStore,
 )
-from runbus.messages.tools import TOOL_INVOKED_DECODER
+from runbus.ops import Op
 from runbus_memory.embedder import HashingEmbedder
 from runbus_memory.errors import EmbedderMismatch
 from runbus_memory.remote import OpenAIEmbedder
@@ -40,7 +35,7 @@ from tests.stack import SecuredNats
 
 from .memory_embeddings import embeddings_provider
 
-T = TypeVar("T")
+Rep = TypeVar("Rep", bound=msgspec.Struct)
 
 WINDOW_SEAT = "I always want a window seat"
 
@@ -83,48 +78,44 @@ class Memory:
         self.nc = nc
 
     async def call(
-        self,
-        subject: str,
-        body: msgspec.Struct | bytes,
-        decoder: msgspec.json.Decoder[T],
-        ctx: RunContext = ALICE,
-    ) -> T:
+        self, op: Op[Any, Rep], body: msgspec.Struct | bytes, ctx: RunContext = ALICE
+    ) -> Rep:
         data = body if isinstance(body, bytes) else encode(body)
-        reply = await self.nc.request(subject, data, headers=ctx.to_headers() or None, timeout=10)
-        if reply.headers and "rb-error" in reply.headers:
-            error = ERROR_DECODER.decode(reply.data).error
-            raise Failed(error.code, error.message)
-        return decoder.decode(reply.data)
+        reply = await self.nc.request(
+            op.subject, data, headers=ctx.to_headers() or None, timeout=10
+        )
+        if (error := remote_error(reply.headers, reply.data)) is not None:
+            raise Failed(error.remote_code, error.message)
+        return op.decode_reply.decode(reply.data)
 
     async def store(self, ctx: RunContext, *texts: str) -> list[str]:
         stored = await self.call(
-            subjects.MEMORY_STORE, MemoryStore(texts=list(texts)), MEMORY_STORED_DECODER, ctx
+            ops.MEMORY_STORE,
+            MemoryStore(texts=list(texts)),
+            ctx,
         )
         return stored.memory_ids
 
     async def search(self, ctx: RunContext, query: str = WINDOW_SEAT, **options: Any) -> list[str]:
         request = MemorySearch(query=query, limit=20, **options)
-        hits = await self.call(subjects.MEMORY_SEARCH, request, MEMORY_HITS_DECODER, ctx)
+        hits = await self.call(ops.MEMORY_SEARCH, request, ctx)
         return [hit.text for hit in hits.hits]
 
     async def stats(self, ctx: RunContext = ALICE) -> MemoryStatistics:
-        return await self.call(subjects.MEMORY_STATS, MemoryStats(), MEMORY_STATISTICS_DECODER, ctx)
+        return await self.call(ops.MEMORY_STATS, MemoryStats(), ctx)
 
     async def listed(self, ctx: RunContext = ALICE) -> list[str]:
-        listed = await self.call(subjects.MEMORY_LIST, MemoryList(), MEMORY_LISTED_DECODER, ctx)
+        listed = await self.call(ops.MEMORY_LIST, MemoryList(), ctx)
         return sorted(m.text for m in listed.memories)
 
     async def forget(self, ctx: RunContext, **what: Any) -> int:
-        forgotten = await self.call(
-            subjects.MEMORY_FORGET, MemoryForget(**what), MEMORY_FORGOTTEN_DECODER, ctx
-        )
+        forgotten = await self.call(ops.MEMORY_FORGET, MemoryForget(**what), ctx)
         return forgotten.forgotten
 
     async def tool(self, ctx: RunContext, arguments: dict[str, Any]) -> Any:
         invoked = await self.call(
-            subjects.tool_invoke("memory_search"),
+            ops.TOOL_INVOKE.at("memory_search"),
             ToolInvoke(call_id="c1", name="memory_search", arguments=arguments),
-            TOOL_INVOKED_DECODER,
             ctx,
         )
         return invoked.result
@@ -280,13 +271,14 @@ async def test_a_fact_stored_from_several_sessions_is_recalled_once(memory: Memo
 async def test_requests_without_the_trusted_identity_are_refused(memory: Memory) -> None:
     anonymous = RunContext(session_id="s1", agent="travel")
 
-    for subject, body in [
-        (subjects.MEMORY_STORE, MemoryStore(texts=[WINDOW_SEAT])),
-        (subjects.MEMORY_SEARCH, MemorySearch(query="seat")),
-        (subjects.MEMORY_FORGET, MemoryForget(everything=True)),
-    ]:
+    requests: list[tuple[Op[Any, Any], msgspec.Struct]] = [
+        (ops.MEMORY_STORE, MemoryStore(texts=[WINDOW_SEAT])),
+        (ops.MEMORY_SEARCH, MemorySearch(query="seat")),
+        (ops.MEMORY_FORGET, MemoryForget(everything=True)),
+    ]
+    for op, body in requests:
         with pytest.raises(Failed) as raised:
-            await memory.call(subject, body, MEMORY_STORED_DECODER, anonymous)
+            await memory.call(op, body, anonymous)
         assert raised.value.code == "unauthenticated"
 
 
@@ -322,9 +314,7 @@ async def test_bad_store_input_is_a_typed_error_and_stores_nothing(
     await memory.store(ALICE, WINDOW_SEAT)
 
     with pytest.raises(Failed) as raised:
-        await memory.call(
-            subjects.MEMORY_STORE, json.dumps(body).encode(), MEMORY_STORED_DECODER, ALICE
-        )
+        await memory.call(ops.MEMORY_STORE, json.dumps(body).encode(), ALICE)
 
     assert raised.value.code == code
     assert await memory.listed() == [WINDOW_SEAT]
@@ -479,13 +469,10 @@ async def test_listing_pages_through_the_callers_memories(memory: Memory) -> Non
     await memory.store(ALICE, *(f"fact {n}" for n in range(5)))
     await memory.store(BOB, "bob's fact")
 
-    first = await memory.call(
-        subjects.MEMORY_LIST, MemoryList(limit=3), MEMORY_LISTED_DECODER, ALICE_S2
-    )
+    first = await memory.call(ops.MEMORY_LIST, MemoryList(limit=3), ALICE_S2)
     second = await memory.call(
-        subjects.MEMORY_LIST,
+        ops.MEMORY_LIST,
         MemoryList(limit=3, cursor=first.next_cursor),
-        MEMORY_LISTED_DECODER,
         ALICE_S2,
     )
 
@@ -499,7 +486,9 @@ async def test_listing_pages_through_the_callers_memories(memory: Memory) -> Non
 async def test_a_cursor_the_service_never_gave_out_is_refused(memory: Memory) -> None:
     with pytest.raises(Failed) as raised:
         await memory.call(
-            subjects.MEMORY_LIST, MemoryList(cursor="../../etc"), MEMORY_LISTED_DECODER, ALICE
+            ops.MEMORY_LIST,
+            MemoryList(cursor="../../etc"),
+            ALICE,
         )
 
     assert raised.value.code == "bad_request"
@@ -510,13 +499,14 @@ async def test_find_searches_the_callers_own_memories_only(memory: Memory) -> No
     await memory.store(BOB, "bob wants a window seat too")
 
     found = await memory.call(
-        subjects.MEMORY_FIND, MemorySearch(query="window seat"), MEMORY_HITS_DECODER, ALICE_S2
+        ops.MEMORY_FIND,
+        MemorySearch(query="window seat"),
+        ALICE_S2,
     )
     with pytest.raises(Failed) as raised:
         await memory.call(
-            subjects.MEMORY_FIND,
+            ops.MEMORY_FIND,
             MemorySearch(query="window seat", scope="tenant"),
-            MEMORY_HITS_DECODER,
             ALICE,
         )
 

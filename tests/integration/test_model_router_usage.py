@@ -6,11 +6,10 @@ import json
 import pytest
 from nats.aio.client import Client as NATS
 
-from runbus import subjects
+from runbus import ops, subjects
 from runbus.cli import build_parser
 from runbus.commands import usage as usage_command
 from runbus.headers import RunContext
-from runbus.messages.model import MODEL_USAGE_REPORT_DECODER
 from runbus.settings import load_settings
 from runbus_model_router.usage import utc_day
 from tests.integration.model_provider import answer, ask, loopback, refusal, router, text_reply
@@ -108,7 +107,7 @@ async def test_runbus_usage_prints_calls_per_tenant_user_agent_route_and_model(
         json_code = await usage_command.handle(
             settings, build_parser().parse_args(["usage", "--json", "--tenant", "acme"])
         )
-        report = MODEL_USAGE_REPORT_DECODER.decode(capsys.readouterr().out)
+        report = ops.MODEL_USAGE.decode_reply.decode(capsys.readouterr().out)
 
     assert (table_code, json_code) == (0, 0)
     lines = table.splitlines()

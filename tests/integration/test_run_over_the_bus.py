@@ -4,12 +4,11 @@ events; history keeps what the run said, once."""
 import pytest
 from nats.aio.client import Client as NATS
 
-from runbus import subjects
+from runbus import ops
 from runbus.bus import Bus
 from runbus.errors import RemoteError
 from runbus.headers import RunContext
 from runbus.messages import HistoryLoad
-from runbus.messages.history import HISTORY_LOADED_DECODER
 from tests.helpers import publish_and_collect, raw_request, types
 from tests.stack import Stack
 
@@ -40,9 +39,7 @@ async def test_second_run_sees_the_first_in_history_and_nothing_is_stored_twice(
 
     bus = Bus(nc, stack.providers["gateway"].get_tracer("test"))
     ctx = RunContext(session_id="s1", props={"tenant": "acme", "user_id": "alice"})
-    loaded = await bus.request(
-        subjects.HISTORY_LOAD, HistoryLoad(session_id="s1"), HISTORY_LOADED_DECODER, ctx=ctx
-    )
+    loaded = await bus.call(ops.HISTORY_LOAD, HistoryLoad(session_id="s1"), ctx=ctx)
     ids = [m.message_id for m in loaded.messages]
     assert len(ids) == len(set(ids))
     # user, assistant (tool call), tool, assistant (answer) — per run, in order.
@@ -74,8 +71,10 @@ async def test_history_of_a_session_is_invisible_to_anyone_but_its_owner(
     bus = Bus(nc, stack.providers["gateway"].get_tracer("test"))
     other = RunContext(session_id="s1", props={"tenant": tenant, "user_id": user_id})
     with pytest.raises(RemoteError) as raised:
-        await bus.request(
-            subjects.HISTORY_LOAD, HistoryLoad(session_id="s1"), HISTORY_LOADED_DECODER, ctx=other
+        await bus.call(
+            ops.HISTORY_LOAD,
+            HistoryLoad(session_id="s1"),
+            ctx=other,
         )
     assert raised.value.remote_code == "not_found"
     assert raised.value.message == "no session 's1'"

@@ -22,14 +22,12 @@ from runbus.bus import Bus
 from runbus.headers import RunContext
 from runbus.messages import FunctionCallContent, encode
 from runbus.messages.tools import (
-    TOOL_CATALOG_DECODER,
-    TOOL_INVOKE_DECODER,
-    TOOL_INVOKED_DECODER,
     ApprovalGrant,
     ToolInvoke,
     ToolInvoked,
     ToolList,
 )
+from runbus.ops import TOOL_INVOKE, TOOLS_LIST
 from runbus_examples.travel import fare, ledger
 from runbus_examples.travel import tools as travel
 from runbus_gateway.approvals import Approvals
@@ -155,12 +153,12 @@ async def invoke(
     body = ToolInvoke(call_id=call_id, name=name, arguments=arguments, approval=approval)
     reply = await ask(nc, subjects.tool_invoke(name), encode(body), ctx, timeout)
     assert not (reply.headers or {}).get("rb-error"), reply.data
-    return TOOL_INVOKED_DECODER.decode(reply.data)
+    return TOOL_INVOKE.family.decode_reply.decode(reply.data)
 
 
 async def listed(nc: NATS, names: list[str] | None, ctx: RunContext = ALICE) -> dict[str, Any]:
     reply = await ask(nc, subjects.TOOLS_LIST, encode(ToolList(names=names)), ctx)
-    return {t.name: t.parameters for t in TOOL_CATALOG_DECODER.decode(reply.data).tools}
+    return {t.name: t.parameters for t in TOOLS_LIST.decode_reply.decode(reply.data).tools}
 
 
 def handled(service: ToolExecutorService) -> int:
@@ -360,7 +358,7 @@ async def test_a_call_whose_replica_died_is_sent_again_and_the_model_gets_the_re
     sent: list[bool] = []
 
     async def seen(msg: Msg) -> None:
-        sent.append(TOOL_INVOKE_DECODER.decode(msg.data).first_send)
+        sent.append(TOOL_INVOKE.family.decode.decode(msg.data).first_send)
 
     await nc.subscribe(subjects.tool_invoke("fetch"), cb=seen)
     pending = asyncio.ensure_future(ports.invoke_tool(ALICE, fetch_call, first_send=True))

@@ -23,7 +23,6 @@ from runbus.jetstream import ensure_stream
 from runbus.messages import FunctionResultContent, ToolInvoke, ToolInvoked
 from runbus.messages.memory import (
     MEMORY_SEARCH_TOOL,
-    MEMORY_STORE_DECODER,
     MemoryForget,
     MemoryForgotten,
     MemoryHit,
@@ -393,7 +392,7 @@ class MemoryService(Service):
         no identity, a refused source) is terminated, logged, and None."""
         ctx = RunContext.from_headers(delivery.headers)
         try:
-            request = MEMORY_STORE_DECODER.decode(delivery.msg.data)
+            request = ops.MEMORY_STORE.decode.decode(delivery.msg.data)
             return records_to_store(StorageScope.from_context(ctx), request)
         except Exception as exc:
             error = as_runbus_error(exc)

@@ -1,7 +1,5 @@
 """Who a client connection is: the auth service's answer to `runbus.auth.whoami`."""
 
-import msgspec
-
 from ._base import Identifier, Message
 
 
@@ -18,7 +16,3 @@ class Identity(Message, frozen=True, tag="auth.identity"):
     """The token's user."""
     inbox_prefix: str
     """Inbox prefix the connection must use (replies and consumer deliveries land there)."""
-
-
-WHOAMI_DECODER = msgspec.json.Decoder(WhoAmI)
-IDENTITY_DECODER = msgspec.json.Decoder(Identity)

@@ -78,9 +78,7 @@ class HistoryLoaded(Message, frozen=True, tag="history.loaded"):
 HistoryRequest = HistoryAppend | HistoryLoad
 HistoryReply = HistoryAppended | HistoryLoaded
 
-HISTORY_APPEND_DECODER = msgspec.json.Decoder(HistoryAppend)
 HISTORY_APPENDED_DECODER = msgspec.json.Decoder(HistoryAppended)
-HISTORY_LOAD_DECODER = msgspec.json.Decoder(HistoryLoad)
 HISTORY_LOADED_DECODER = msgspec.json.Decoder(HistoryLoaded)
 
 

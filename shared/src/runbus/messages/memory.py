@@ -162,13 +162,4 @@ MEMORY_MIN_SCORE_PROP: Final = "memory_min_score"
 APPLICATION_PROP: Final = "application_id"
 """Trusted run property: the application a memory belongs to, a partition inside the tenant."""
 
-MEMORY_STORE_DECODER = msgspec.json.Decoder(MemoryStore)
 MEMORY_STORED_DECODER = msgspec.json.Decoder(MemoryStored)
-MEMORY_SEARCH_DECODER = msgspec.json.Decoder(MemorySearch)
-MEMORY_HITS_DECODER = msgspec.json.Decoder(MemoryHits)
-MEMORY_LIST_DECODER = msgspec.json.Decoder(MemoryList)
-MEMORY_LISTED_DECODER = msgspec.json.Decoder(MemoryListed)
-MEMORY_FORGET_DECODER = msgspec.json.Decoder(MemoryForget)
-MEMORY_FORGOTTEN_DECODER = msgspec.json.Decoder(MemoryForgotten)
-MEMORY_STATS_DECODER = msgspec.json.Decoder(MemoryStats)
-MEMORY_STATISTICS_DECODER = msgspec.json.Decoder(MemoryStatistics)

@@ -137,5 +137,3 @@ class ModelUsageReport(Message, frozen=True, tag="model.usage_report"):
 
 MODEL_REQUEST_DECODER = msgspec.json.Decoder(ModelRequest)
 MODEL_RESPONSE_DECODER = msgspec.json.Decoder(ModelResponse)
-MODEL_USAGE_QUERY_DECODER = msgspec.json.Decoder(ModelUsageQuery)
-MODEL_USAGE_REPORT_DECODER = msgspec.json.Decoder(ModelUsageReport)

@@ -153,15 +153,4 @@ class SessionDeleted(Message, frozen=True, tag="sessions.deleted"):
     """True if the memory service confirmed forgetting the session's memories."""
 
 
-SESSION_OPEN_DECODER = msgspec.json.Decoder(SessionOpen)
 SESSION_OPENED_DECODER = msgspec.json.Decoder(SessionOpened)
-SESSION_GET_DECODER = msgspec.json.Decoder(SessionGet)
-SESSION_INFO_DECODER = msgspec.json.Decoder(SessionInfo)
-SESSION_LIST_DECODER = msgspec.json.Decoder(SessionList)
-SESSION_LISTED_DECODER = msgspec.json.Decoder(SessionListed)
-SESSION_STATE_UPDATE_DECODER = msgspec.json.Decoder(SessionStateUpdate)
-SESSION_EXPORT_DECODER = msgspec.json.Decoder(SessionExport)
-SESSION_EXPORTED_DECODER = msgspec.json.Decoder(SessionExported)
-SESSION_IMPORT_DECODER = msgspec.json.Decoder(SessionImport)
-SESSION_DELETE_DECODER = msgspec.json.Decoder(SessionDelete)
-SESSION_DELETED_DECODER = msgspec.json.Decoder(SessionDeleted)

@@ -97,7 +97,4 @@ class ToolCatalog(Message, frozen=True, tag="tools.catalog"):
     """Schemas as the model sees them."""
 
 
-TOOL_INVOKE_DECODER = msgspec.json.Decoder(ToolInvoke)
 TOOL_INVOKED_DECODER = msgspec.json.Decoder(ToolInvoked)
-TOOL_LIST_DECODER = msgspec.json.Decoder(ToolList)
-TOOL_CATALOG_DECODER = msgspec.json.Decoder(ToolCatalog)
