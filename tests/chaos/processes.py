@@ -27,6 +27,7 @@ from nats.js.api import DeliverPolicy
 
 from runbus import subjects
 from runbus.client import RunbusClient
+from runbus.owners import Owner
 from runbus.settings import load_settings
 from runbus.supervisor import ProcessStack
 from runbus_examples.scripted import ScriptedReply
@@ -484,7 +485,7 @@ async def count(chaos: ChaosStack, run_ids: list[str], *, unsettled: int = 0) ->
     records = await chaos.nc.jetstream().key_value(subjects.RUN_STATE_BUCKET)
     for run_id, kinds in finals.items():
         try:
-            entry = await records.get(subjects.run_key(TENANT, USER, run_id))
+            entry = await records.get(Owner(TENANT, USER).key(run_id))
             record = msgspec.json.decode(entry.value or b"{}")
         except nats.js.errors.KeyNotFoundError:
             record = {}

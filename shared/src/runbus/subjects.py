@@ -110,17 +110,6 @@ def dead(agent: str) -> str:
     return f"{PREFIX}.dead.{agent}"
 
 
-def approval_key(tenant: str, user_id: str, run_id: str, call_key: str) -> str:
-    """Key of a pending approval: the run's owner and the run, then a digest of the call id
-    (any characters)."""
-    return f"{tenant}.{user_id}.{run_id}.{call_key}"
-
-
-def run_key(tenant: str, user_id: str, run_id: str) -> str:
-    """Key of a run record: listing a user's runs is a key filter."""
-    return f"{tenant}.{user_id}.{run_id}"
-
-
 UNOWNED: Final = "~"
 """Owner token of a run request whose owner is unknown (its token failed): no principal can
 have it (it is no identifier), so no client reads that run's `run.failed`."""

@@ -9,20 +9,20 @@ request) and goes on from there.
 
 import asyncio
 import contextlib
-import hashlib
 import time
 from collections.abc import Awaitable, Callable
 from typing import Final, Literal
 
 import msgspec
 from nats.aio.client import Client as NATS
-from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from runbus import subjects
 from runbus.errors import NotFound, RunbusError
-from runbus.jetstream import keys_matching, next_update, open_bucket
+from runbus.jetstream import next_update, open_bucket
+from runbus.kv import TypedBucket
 from runbus.messages.tools import ApprovalGrant, ApprovalRequest
+from runbus.owners import Owner, digest
 
 RECORD_TTL: Final = 7 * 24 * 3600.0
 POLL: Final = 0.5
@@ -63,32 +63,23 @@ class AlreadyDecided(RunbusError):
         self.status = status
 
 
-_ENCODER = msgspec.json.Encoder()
 _DECODER = msgspec.json.Decoder(ApprovalRecord)
 
 
-def call_key(call_id: str) -> str:
-    return hashlib.sha256(call_id.encode()).hexdigest()[:32]
+def approval_key(owner: Owner, run_id: str, call_id: str) -> str:
+    """The run's owner and the run, then a digest of the call id (any characters)."""
+    return owner.key(run_id, digest(call_id))
 
 
 class Approvals:
     def __init__(self, kv: KeyValue) -> None:
-        self.kv = kv
+        self.bucket = TypedBucket(kv, _DECODER)
 
     @classmethod
     async def open(cls, nc: NATS, *, replicas: int = 1) -> "Approvals":
         return cls(
             await open_bucket(nc, subjects.APPROVALS_BUCKET, ttl=RECORD_TTL, replicas=replicas)
         )
-
-    async def _get(self, key: str) -> tuple[ApprovalRecord, int] | None:
-        try:
-            entry = await self.kv.get(key)
-        except KeyNotFoundError:
-            return None
-        if not entry.value:
-            return None
-        return _DECODER.decode(entry.value), entry.revision or 0
 
     async def wait(
         self,
@@ -102,21 +93,20 @@ class Approvals:
     ) -> ApprovalGrant:
         """Record the request (once), `announce` it, and wait until someone decides or it
         expires."""
-        key = subjects.approval_key(tenant, user_id, run_id, call_key(call_id))
-        found = await self._get(key)
+        key = approval_key(Owner(tenant, user_id), run_id, call_id)
+        found = await self.bucket.get(key)
         if found is None or found[0].request.digest != request.digest:
             record = ApprovalRecord(
                 run_id=run_id, call_id=call_id, tenant=tenant, user_id=user_id, request=request
             )
             # Another delivery of this run may have recorded it first.
-            with contextlib.suppress(KeyWrongLastSequenceError):
-                await self.kv.create(key, _ENCODER.encode(record))
+            await self.bucket.create(key, record)
         if announce is not None:
             await announce()
-        watcher = await self.kv.watch(key)
+        watcher = await self.bucket.kv.watch(key)
         try:
             while True:
-                found = await self._get(key)
+                found = await self.bucket.get(key)
                 assert found is not None
                 record, revision = found
                 if record.status != "pending":
@@ -125,9 +115,7 @@ class Approvals:
                     expired = msgspec.structs.replace(
                         record, status="expired", decided_at=time.time()
                     )
-                    try:
-                        await self.kv.update(key, _ENCODER.encode(expired), last=revision)
-                    except KeyWrongLastSequenceError:
+                    if await self.bucket.update(key, expired, revision) is None:
                         continue  # decided meanwhile: read it again
                     return expired.grant()
                 left = record.request.expires_at - time.time()
@@ -146,9 +134,9 @@ class Approvals:
         note: str,
     ) -> Literal["approved", "denied"]:
         """Write the decision unless one stands; only the run's owner may decide."""
-        key = subjects.approval_key(tenant, user_id, run_id, call_key(call_id))
+        key = approval_key(Owner(tenant, user_id), run_id, call_id)
         while True:
-            found = await self._get(key)
+            found = await self.bucket.get(key)
             if found is None or found[0].tenant != tenant or found[0].user_id != user_id:
                 raise NotFound(f"no pending approval for call {call_id!r} of run {run_id!r}")
             record, revision = found
@@ -157,9 +145,7 @@ class Approvals:
             decided = msgspec.structs.replace(
                 record, status=decision, approver=user_id, decided_at=time.time(), note=note
             )
-            try:
-                await self.kv.update(key, _ENCODER.encode(decided), last=revision)
-            except KeyWrongLastSequenceError:
+            if await self.bucket.update(key, decided, revision) is None:
                 await asyncio.sleep(0)
                 continue
             return decision
@@ -168,17 +154,14 @@ class Approvals:
         """Close the pending approvals of a run that ended for good (failed or cancelled), so
         none stays decidable for a run that will never act on it; returns how many."""
         withdrawn = 0
-        for key in await keys_matching(
-            self.kv, subjects.approval_key(tenant, user_id, run_id, "*")
-        ):
-            found = await self._get(key)
+        for key in await self.bucket.keys(Owner(tenant, user_id).key(run_id, "*")):
+            found = await self.bucket.get(key)
             if found is None or found[0].status != "pending":
                 continue
             record, revision = found
             closed = msgspec.structs.replace(
                 record, status="expired", decided_at=time.time(), note="the run ended"
             )
-            with contextlib.suppress(KeyWrongLastSequenceError):  # decided meanwhile
-                await self.kv.update(key, _ENCODER.encode(closed), last=revision)
+            if await self.bucket.update(key, closed, revision) is not None:  # else decided
                 withdrawn += 1
         return withdrawn

@@ -5,30 +5,23 @@ from typing import Final
 
 import msgspec
 from nats.aio.client import Client as NATS
-from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from runbus import subjects
 from runbus.jetstream import open_bucket
+from runbus.kv import TypedBucket
+from runbus.owners import Owner
 
 from .errors import RunIdTaken
 from .runs import RECORD_TTL
 
 CLAIM_ATTEMPTS: Final = 4
-
-
-class Owner(msgspec.Struct, frozen=True, kw_only=True):
-    tenant: str
-    user_id: str
-
-
-_ENCODER = msgspec.json.Encoder()
 _DECODER = msgspec.json.Decoder(Owner)
 
 
 class RunOwners:
     def __init__(self, kv: KeyValue) -> None:
-        self.kv = kv
+        self.bucket = TypedBucket(kv, _DECODER)
 
     @classmethod
     async def open(cls, nc: NATS, *, replicas: int = 1) -> "RunOwners":
@@ -40,18 +33,14 @@ class RunOwners:
     async def claim(self, run_id: str, tenant: str, user_id: str) -> None:
         """Make `run_id` this owner's, or confirm it already is (a redelivery); raise
         `RunIdTaken` when another owner holds it."""
-        mine = Owner(tenant=tenant, user_id=user_id)
+        mine = Owner(tenant, user_id)
         for _ in range(CLAIM_ATTEMPTS):
-            try:
-                await self.kv.create(run_id, _ENCODER.encode(mine))
+            if await self.bucket.create(run_id, mine) is not None:
                 return
-            except KeyWrongLastSequenceError:
-                pass
-            try:
-                entry = await self.kv.get(run_id)
-            except KeyNotFoundError:
+            holder = await self.bucket.value(run_id)
+            if holder is None:
                 continue  # expired between the two calls: claim again
-            if entry.value and _DECODER.decode(entry.value) == mine:
+            if holder == mine:
                 return
             raise RunIdTaken(run_id)
         raise RunIdTaken(run_id)

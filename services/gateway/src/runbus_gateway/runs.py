@@ -6,12 +6,13 @@ from typing import Any, Final
 
 import msgspec
 from nats.aio.client import Client as NATS
-from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KeyValue
 
 from runbus import subjects
-from runbus.jetstream import keys_matching, open_bucket
+from runbus.jetstream import open_bucket
+from runbus.kv import TypedBucket
 from runbus.messages.runs import RUN_RECORD_DECODER, RunRecord, RunStatus
+from runbus.owners import Owner
 
 RETRYABLE: Final = frozenset({"unavailable", "internal"})
 """Failures worth another delivery: a service did not answer (down, died mid-call, or went
@@ -21,12 +22,13 @@ its route policy, and a re-run would only repeat that. Everything else (bad inpu
 limits, cancel) is final at once."""
 
 RECORD_TTL: Final = 7 * 24 * 3600.0
-_ENCODER = msgspec.json.Encoder()
 
 
 class RunRecords:
+    """Under `<tenant>.<user_id>.<run_id>`: listing a user's runs is a key filter."""
+
     def __init__(self, kv: KeyValue) -> None:
-        self.kv = kv
+        self.bucket = TypedBucket(kv, RUN_RECORD_DECODER)
 
     @classmethod
     async def open(cls, nc: NATS, *, replicas: int = 1) -> "RunRecords":
@@ -35,15 +37,10 @@ class RunRecords:
         )
 
     async def get(self, tenant: str, user_id: str, run_id: str) -> RunRecord | None:
-        try:
-            entry = await self.kv.get(subjects.run_key(tenant, user_id, run_id))
-        except KeyNotFoundError:
-            return None
-        return RUN_RECORD_DECODER.decode(entry.value) if entry.value else None
+        return await self.bucket.value(Owner(tenant, user_id).key(run_id))
 
     async def put(self, record: RunRecord) -> None:
-        key = subjects.run_key(record.tenant, record.user_id, record.run_id)
-        await self.kv.put(key, _ENCODER.encode(record))
+        await self.bucket.put(Owner(record.tenant, record.user_id).key(record.run_id), record)
 
     async def set_status(self, record: RunRecord, status: RunStatus, **changes: Any) -> RunRecord:
         """Store `record` with a new status (and any other `changes`), stamped now."""
@@ -52,7 +49,7 @@ class RunRecords:
         return changed
 
     async def list(self, tenant: str, user_id: str) -> list[RunRecord]:
-        keys = await keys_matching(self.kv, f"{tenant}.{user_id}.*")
+        keys = await self.bucket.keys(Owner(tenant, user_id).key("*"))
         records = []
         for key in keys:
             record = await self.get(tenant, user_id, key.rsplit(".", 1)[1])

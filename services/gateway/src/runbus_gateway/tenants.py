@@ -13,15 +13,14 @@ from typing import Final
 
 import msgspec
 from nats.aio.client import Client as NATS
-from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from runbus.jetstream import open_bucket
+from runbus.kv import TypedBucket
 
 BUCKET: Final = "runbus_tenant_runs"
 CAS_ATTEMPTS: Final = 32
 _LEASES = msgspec.json.Decoder(dict[str, float])
-_ENCODER = msgspec.json.Encoder()
 
 LeaseChange = Callable[[dict[str, float]], dict[str, float] | None]
 """A change to one tenant's leases, or None to leave them as they are."""
@@ -62,7 +61,7 @@ def admit(leases: dict[str, float], run_id: str, limit: int, now: float) -> bool
 
 class TenantSlots:
     def __init__(self, kv: KeyValue, limits: TenantLimits, *, lease: float) -> None:
-        self.kv = kv
+        self.bucket = TypedBucket(kv, _LEASES)
         self.limits = limits
         self.lease = lease
 
@@ -110,21 +109,7 @@ class TenantSlots:
     async def _change(self, tenant: str, change: LeaseChange) -> bool:
         """Apply `change` by compare-and-set; False when it declines (returns None)."""
         key = tenant  # tenants are identifiers (the tokens file says so), safe as keys
-        for _ in range(CAS_ATTEMPTS):
-            try:
-                entry = await self.kv.get(key)
-                leases, revision = _LEASES.decode(entry.value or b"{}"), entry.revision
-            except KeyNotFoundError:
-                leases, revision = {}, None
-            changed = change(leases)
-            if changed is None:
-                return False
-            try:
-                if revision is None:
-                    await self.kv.create(key, _ENCODER.encode(changed))
-                else:
-                    await self.kv.update(key, _ENCODER.encode(changed), last=revision)
-            except KeyWrongLastSequenceError:
-                continue  # another replica changed it first: read again
-            return True
-        raise RuntimeError(f"tenant slot of {tenant!r} kept changing under {CAS_ATTEMPTS} tries")
+        changed = await self.bucket.change(
+            key, lambda leases: change(leases or {}), attempts=CAS_ATTEMPTS
+        )
+        return changed is not None
