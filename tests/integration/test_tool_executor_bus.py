@@ -28,6 +28,7 @@ from runbus.messages.tools import (
     ToolList,
 )
 from runbus.ops import TOOL_INVOKE, TOOLS_LIST
+from runbus.owners import Owner
 from runbus_examples.travel import fare, ledger
 from runbus_examples.travel import tools as travel
 from runbus_gateway.approvals import Approvals
@@ -490,10 +491,10 @@ async def _until_recorded(nc: NATS, run_id: str, call_id: str) -> None:
     kv = await nc.jetstream().key_value(subjects.TOOL_CALLS_BUCKET)
 
     async def done() -> bool:
-        entry = await kv.get(call_key("acme", "alice", run_id, call_id))
+        entry = await kv.get(call_key(Owner("acme", "alice"), run_id, call_id))
         return entry.value is not None and CALL_RECORD_DECODER.decode(entry.value).state == "done"
 
     await eventually(done, 5)
-    entry = await kv.get(call_key("acme", "alice", run_id, call_id))
+    entry = await kv.get(call_key(Owner("acme", "alice"), run_id, call_id))
     assert entry.value is not None
     assert CALL_RECORD_DECODER.decode(entry.value).result is not None

@@ -1,5 +1,5 @@
 from runbus import subjects
-from runbus.cancels import RunCancels
+from runbus.cancels import RunCancels, parse_cancel
 from runbus.owners import Owner
 
 ALICE = Owner("acme", "alice")
@@ -73,3 +73,8 @@ def test_the_last_cancelled_runs_are_remembered_when_asked_to() -> None:
     assert cancels.cancelled(ALICE, "r-3")
     assert not cancels.cancelled(MALLORY, "r-3")
     assert not RunCancels[Work]().cancelled(ALICE, "r-3")
+
+
+def test_a_cancel_subject_is_read_as_the_owner_and_run_it_names() -> None:
+    assert parse_cancel(subjects.run_cancel("acme", "alice", "r-1")) == (ALICE, "r-1")
+    assert parse_cancel(subjects.events("acme", "alice", "r-1")) is None

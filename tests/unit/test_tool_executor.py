@@ -2,6 +2,7 @@
 side-effecting calls, timeouts, deadlines and cancellation."""
 
 import asyncio
+import hashlib
 import threading
 import time
 from collections import Counter
@@ -15,6 +16,7 @@ from structlog.testing import capture_logs
 from runbus.headers import RunContext
 from runbus.messages import FunctionResultContent
 from runbus.messages.tools import ApprovalGrant, ToolInvoke, ToolInvoked
+from runbus.owners import Owner
 from runbus_tool_executor.calls import CallRecord, MemoryCallStore, call_key
 from runbus_tool_executor.executor import LEASE_GRACE, Executor
 from runbus_tool_executor.middleware import (
@@ -413,7 +415,7 @@ async def test_a_call_found_started_by_an_executor_that_died_is_not_run_blindly(
     store = MemoryCallStore()
     long_ago = time.time() - 3600
     await store.claim(
-        call_key("acme", "alice", "r-1", "call-1"),
+        call_key(Owner("acme", "alice"), "r-1", "call-1"),
         CallRecord(
             state="started", tool="pay", started_at=long_ago, lease_until=long_ago + 1, replica="x"
         ),
@@ -432,7 +434,7 @@ async def test_an_idempotent_tool_found_abandoned_runs_again_once(first_send: bo
     store = MemoryCallStore()
     long_ago = time.time() - 3600
     await store.claim(
-        call_key("acme", "alice", "r-1", "call-1"),
+        call_key(Owner("acme", "alice"), "r-1", "call-1"),
         CallRecord(
             state="started",
             tool="upsert",
@@ -465,7 +467,7 @@ async def test_a_duplicate_arriving_while_the_call_runs_waits_for_its_result() -
 
 async def test_a_started_call_within_its_lease_is_waited_for_not_reported_unknown() -> None:
     store = MemoryCallStore()
-    key = call_key("acme", "alice", "r-1", "call-1")
+    key = call_key(Owner("acme", "alice"), "r-1", "call-1")
     now = time.time()
     started = CallRecord(
         state="started", tool="pay", started_at=now, lease_until=now + 5, replica="other"
@@ -552,8 +554,8 @@ async def test_cancelling_a_run_stops_its_calls_and_only_its_calls() -> None:
     theirs = asyncio.create_task(call(ex, "slow", {"seconds": 0.3}, ctx=other))
     await eventually(lambda: ran["slow"] == 2)
 
-    assert ex.cancel_run("globex", "mallory", "r-1") == 0  # another owner's run of that id
-    cancelled = ex.cancel_run(ALICE.prop("tenant"), ALICE.prop("user_id"), "r-1")
+    assert ex.cancel_run(Owner("globex", "mallory"), "r-1") == 0  # another owner's run of that id
+    cancelled = ex.cancel_run(Owner.of(ALICE), "r-1")
 
     assert cancelled == 1
     assert (await mine).result.error == "not finished: the run was cancelled."
@@ -570,7 +572,7 @@ async def test_a_side_effecting_call_runs_on_and_is_recorded_when_its_caller_lea
     with pytest.raises(asyncio.CancelledError):
         await caller
     await ex.finish_started()
-    record, _ = store.records[call_key("acme", "alice", "r-1", "call-1")]
+    record, _ = store.records[call_key(Owner("acme", "alice"), "r-1", "call-1")]
     repeated = await call(ex, "transfer", {"seconds": 0.2})
 
     assert ran["transferred"] == 1
@@ -588,9 +590,9 @@ async def test_cancelling_the_run_still_cuts_a_side_effecting_call_short() -> No
     mine = asyncio.create_task(call(ex, "transfer", {"seconds": 3}))
     await eventually(lambda: ran["transfer"] == 1)
 
-    assert ex.cancel_run(ALICE.prop("tenant"), ALICE.prop("user_id"), "r-1") == 1
+    assert ex.cancel_run(Owner.of(ALICE), "r-1") == 1
     reply = await mine
-    record, _ = store.records[call_key("acme", "alice", "r-1", "call-1")]
+    record, _ = store.records[call_key(Owner("acme", "alice"), "r-1", "call-1")]
 
     assert reply.result.error == (
         "not finished: the run was cancelled. It may or may not have taken effect."
@@ -611,7 +613,7 @@ async def test_a_tool_limited_to_some_agents_and_tenants_is_not_available_to_oth
 async def test_a_replayed_result_survives_a_store_round_trip_unchanged() -> None:
     store = MemoryCallStore()
     first = await call(executor(store=store), "pay", {"amount": 5})
-    record, _ = store.records[call_key("acme", "alice", "r-1", "call-1")]
+    record, _ = store.records[call_key(Owner("acme", "alice"), "r-1", "call-1")]
 
     decoded = msgspec.json.decode(msgspec.json.encode(record), type=CallRecord)
 
@@ -621,12 +623,23 @@ async def test_a_replayed_result_survives_a_store_round_trip_unchanged() -> None
 
 
 def test_call_keys_are_valid_kv_keys_whatever_the_ids_hold() -> None:
-    key = call_key("acme", "alice", "run with spaces/..", "call.id with * and >")
+    key = call_key(Owner("acme", "alice"), "run with spaces/..", "call.id with * and >")
 
     assert all(c.isalnum() or c in "-_." for c in key)
     assert key.count(".") == 3
-    assert call_key("acme", "alice", "r-1", "a") != call_key("acme", "alice", "r-1", "b")
-    assert call_key("acme", "alice", "r-1", "a").startswith("acme.alice.r-1.")
+    alice = Owner("acme", "alice")
+    assert call_key(alice, "r-1", "a") != call_key(alice, "r-1", "b")
+    assert call_key(alice, "r-1", "a").startswith("acme.alice.r-1.")
+
+
+def test_call_keys_stay_those_of_the_records_already_stored() -> None:
+    call_digest = hashlib.sha256(b"call-1").hexdigest()[:32]
+    run_digest = hashlib.sha256(b"run 1").hexdigest()[:32]
+
+    assert call_key(Owner("acme", "alice"), "r-1", "call-1") == f"acme.alice.r-1.{call_digest}"
+    assert call_key(Owner("acme", "alice"), "run 1", "call-1") == (
+        f"acme.alice.h-{run_digest}.{call_digest}"
+    )
 
 
 async def test_another_owners_run_of_the_same_id_never_gets_a_call_record_replayed() -> None:
@@ -639,4 +652,4 @@ async def test_another_owners_run_of_the_same_id_never_gets_a_call_record_replay
     assert ran["pay"] == 2
     assert not theirs.replayed
     assert theirs.result != mine.result
-    assert call_key("acme", "alice", "r-1", "c") != call_key("globex", "carol", "r-1", "c")
+    assert call_key(Owner.of(ALICE), "r-1", "c") != call_key(Owner.of(carol), "r-1", "c")

@@ -10,6 +10,15 @@ from . import subjects
 from .owners import Owner
 
 
+def parse_cancel(subject: str) -> tuple[Owner, str] | None:
+    """The owner and run id a `subjects.run_cancel` subject names, or None for another one."""
+    named = subjects.parse_run_cancel(subject)
+    if named is None:
+        return None
+    tenant, user_id, run_id = named
+    return Owner(tenant, user_id), run_id
+
+
 class Cancellable(Protocol):
     """Anything a cancel can stop: an `asyncio.Task`, a gateway's run."""
 
@@ -67,11 +76,8 @@ class RunCancels(Generic[W]):
 
     def cancel_subject(self, subject: str) -> int:
         """`cancel` the run a `subjects.run_cancel` subject names (0 for any other subject)."""
-        named = subjects.parse_run_cancel(subject)
-        if named is None:
-            return 0
-        tenant, user_id, run_id = named
-        return self.cancel(Owner(tenant, user_id), run_id)
+        named = parse_cancel(subject)
+        return 0 if named is None else self.cancel(*named)
 
     def cancelled(self, owner: Owner, run_id: str) -> bool:
         """The owner's run is among the last `remember` cancelled ones."""

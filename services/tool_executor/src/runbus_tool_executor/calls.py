@@ -1,12 +1,12 @@
 """Call records: what the executor knows about a side-effecting call it started, by idempotency
 key (the run's owner, run id and call id), so a redelivered or retried call never runs twice."""
 
-import hashlib
 from typing import Literal, Protocol
 
 import msgspec
 
-from runbus.messages import FunctionResultContent, is_identifier
+from runbus.messages import FunctionResultContent
+from runbus.owners import Owner, digest
 
 
 class CallRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -28,20 +28,11 @@ class CallRecord(msgspec.Struct, frozen=True, kw_only=True):
 CALL_RECORD_DECODER = msgspec.json.Decoder(CallRecord)
 
 
-def call_key(tenant: str, user_id: str, run_id: str, call_id: str) -> str:
+def call_key(owner: Owner, run_id: str, call_id: str) -> str:
     """KV key of a call: the run's owner (from the trusted headers) and run id as they are
-    (when subject-safe), and a hash of the call id, which is model-chosen and may hold
+    (when subject-safe), and a digest of the call id, which is model-chosen and may hold
     anything. The owner keeps another owner's run of the same id from sharing the record."""
-    owner_run = (_token(tenant), _token(user_id), _token(run_id))
-    return ".".join((*owner_run, _digest(call_id)))
-
-
-def _token(value: str) -> str:
-    return value if is_identifier(value) else "h-" + _digest(value)
-
-
-def _digest(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
+    return owner.safe_key(run_id, digest(call_id))
 
 
 class CallStore(Protocol):

@@ -15,9 +15,11 @@ import structlog
 from opentelemetry import trace
 from opentelemetry.trace import Tracer
 
+from runbus.cancels import RunCancels
 from runbus.headers import RunContext
 from runbus.messages import FunctionResultContent
 from runbus.messages.tools import ApprovalRequest, ToolInvoke, ToolInvoked
+from runbus.owners import Owner
 
 from .calls import CallRecord, CallStore, call_key
 from .errors import InvalidArguments
@@ -75,18 +77,16 @@ class Executor:
         self.max_timeout = max_timeout
         self.replica = replica
         self.tracer = tracer or trace.get_tracer(__name__)
-        self._running: dict[str, set[asyncio.Task[FunctionResultContent]]] = {}
+        self.cancels: RunCancels[asyncio.Task[FunctionResultContent]] = RunCancels()
         self._finishing: set[asyncio.Future[FunctionResultContent]] = set()
 
-    def cancel_run(self, tenant: str, user_id: str, run_id: str) -> int:
+    def cancel_run(self, owner: Owner, run_id: str) -> int:
         """Stop every call of the owner's `run_id` running here; each replies that the run was
         cancelled. Another owner's run of the same id is not touched."""
-        tasks = self._running.get(f"{tenant}.{user_id}.{run_id}", set()) if run_id else set()
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            log.info("tool_calls_cancelled", run_id=run_id, calls=len(tasks))
-        return len(tasks)
+        cancelled = self.cancels.cancel(owner, run_id)
+        if cancelled:
+            log.info("tool_calls_cancelled", run_id=run_id, calls=cancelled)
+        return cancelled
 
     async def invoke(self, tool: Tool, request: ToolInvoke, ctx: RunContext) -> ToolInvoked:
         with self.tracer.start_as_current_span(
@@ -116,7 +116,7 @@ class Executor:
         if tool.side_effect:
             if not ctx.run_id:
                 return _error(call_id, f"tool {tool.name!r} changes things and runs only in a run")
-            key = call_key(ctx.prop("tenant"), ctx.prop("user_id"), ctx.run_id, call_id)
+            key = call_key(Owner.of(ctx), ctx.run_id, call_id)
             # A repeat is answered from its record before any check runs again; a first send
             # has none to find, and its claim in `_once` would find one anyway.
             found = None if request.first_send else await self._store.get(key)
@@ -376,11 +376,9 @@ class Executor:
                 approved_by=approved_by,
             )
         )
-        owned = f"{ctx.prop('tenant')}.{ctx.prop('user_id')}.{ctx.run_id}"
-        running = self._running.setdefault(owned, set())
-        running.add(task)
         try:
-            return await task
+            with self.cancels.holding(Owner.of(ctx), ctx.run_id, task):
+                return await task
         except asyncio.CancelledError:
             current = asyncio.current_task()
             if task.cancelled() and (current is None or current.cancelling() == 0):
@@ -389,10 +387,6 @@ class Executor:
                     call_id=call_id, error=f"not finished: the run was cancelled.{maybe}"
                 )
             raise
-        finally:
-            running.discard(task)
-            if not running:
-                self._running.pop(owned, None)
 
     def _timeout(self, tool: Tool, ctx: RunContext) -> float:
         """The tool's timeout, capped by the time the run has left and, for a caller that does

@@ -16,6 +16,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from runbus import ops, subjects
 from runbus.bus import heartbeats
+from runbus.cancels import parse_cancel
 from runbus.errors import BadRequest
 from runbus.headers import RunContext
 from runbus.messages import ToolCatalog, ToolInvoke, ToolInvoked, ToolList
@@ -152,8 +153,8 @@ class ToolExecutorService(Service):
         return await heartbeats(self.nc, ctx.progress, self.executor.invoke(tool, request, ctx))
 
     async def on_cancel(self, msg: Msg) -> None:
-        if (owned := subjects.parse_run_cancel(msg.subject)) is not None:
-            self.executor.cancel_run(*owned)
+        if (named := parse_cancel(msg.subject)) is not None:
+            self.executor.cancel_run(*named)
 
     def _invoker(self, name: str) -> Callable[[RunContext, ToolInvoke], Awaitable[ToolInvoked]]:
         async def invoke(ctx: RunContext, request: ToolInvoke) -> ToolInvoked:

@@ -5,12 +5,11 @@ from collections.abc import Iterable, Sequence
 from typing import Final
 
 from nats.aio.client import Client as NATS
-from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NoKeysError
 from nats.js.kv import KeyValue
 
 from runbus import subjects
 from runbus.jetstream import open_bucket
-from runbus.messages import encode
+from runbus.kv import TypedBucket
 
 from .calls import CALL_RECORD_DECODER, CallRecord
 from .catalog import CATALOG_ENTRY_DECODER, CatalogEntry
@@ -46,43 +45,29 @@ class KvCallStore:
     """Call records in the `RUNBUS_TOOL_CALLS` bucket; compare-and-set keeps one runner."""
 
     def __init__(self, kv: KeyValue) -> None:
-        self.kv = kv
+        self.bucket = TypedBucket(kv, CALL_RECORD_DECODER)
 
     async def get(self, key: str) -> tuple[CallRecord, int] | None:
-        try:
-            entry = await self.kv.get(key)
-        except KeyNotFoundError:
-            return None
-        if not entry.value:
-            return None
-        return CALL_RECORD_DECODER.decode(entry.value), entry.revision or 0
+        return await self.bucket.get(key)
 
     async def claim(self, key: str, record: CallRecord) -> bool:
-        try:
-            await self.kv.create(key, encode(record))
-        except KeyWrongLastSequenceError:
-            return False
-        return True
+        return await self.bucket.create(key, record) is not None
 
     async def take_over(self, key: str, record: CallRecord, revision: int) -> bool:
-        try:
-            await self.kv.update(key, encode(record), last=revision)
-        except KeyWrongLastSequenceError:
-            return False
-        return True
+        return await self.bucket.update(key, record, revision) is not None
 
     async def finish(self, key: str, record: CallRecord) -> None:
-        await self.kv.put(key, encode(record))
+        await self.bucket.put(key, record)
 
 
 class KvCatalog:
     """Catalog entries in the `RUNBUS_TOOL_CATALOG` bucket, one key per tool name."""
 
     def __init__(self, kv: KeyValue) -> None:
-        self.kv = kv
+        self.bucket = TypedBucket(kv, CATALOG_ENTRY_DECODER)
 
     async def publish(self, entries: Iterable[CatalogEntry]) -> None:
-        await asyncio.gather(*(self.kv.put(e.spec.name, encode(e)) for e in entries))
+        await asyncio.gather(*(self.bucket.put(e.spec.name, e) for e in entries))
 
     async def get(self, names: Sequence[str]) -> list[CatalogEntry]:
         safe = [n for n in dict.fromkeys(names) if TOOL_NAME.fullmatch(n)]
@@ -90,15 +75,7 @@ class KvCatalog:
         return [e for e in found if e is not None]
 
     async def all(self) -> list[CatalogEntry]:
-        try:
-            keys = await self.kv.keys()
-        except NoKeysError:
-            return []
-        return await self.get(keys)
+        return await self.get(await self.bucket.keys())
 
     async def _get(self, name: str) -> CatalogEntry | None:
-        try:
-            entry = await self.kv.get(name)
-        except KeyNotFoundError:
-            return None
-        return CATALOG_ENTRY_DECODER.decode(entry.value) if entry.value else None
+        return await self.bucket.value(name)
