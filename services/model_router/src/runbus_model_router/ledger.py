@@ -25,7 +25,7 @@ from nats.aio.client import Client as NATS
 from nats.js.kv import KeyValue
 
 from runbus import jetstream, subjects
-from runbus.jetstream import next_update
+from runbus.kv import TypedBucket
 from runbus.messages.model import TenantUsage, UsageRow
 
 from .usage import add_rows, add_totals
@@ -38,7 +38,6 @@ CAS_ATTEMPTS: Final = 20
 _SAFE: Final = re.compile(r"^[A-Za-z0-9_-]{1,64}\Z")
 _ROW: Final = msgspec.json.Decoder(UsageRow)
 _TOTAL: Final = msgspec.json.Decoder(TenantUsage)
-_ENCODER: Final = msgspec.json.Encoder()
 
 T = TypeVar("T", UsageRow, TenantUsage)
 
@@ -74,7 +73,8 @@ async def open_bucket(nc: NATS, *, replicas: int) -> KeyValue:
 
 class KvLedger:
     def __init__(self, kv: KeyValue, *, flush_every: float) -> None:
-        self.kv = kv
+        self.row_counters = TypedBucket(kv, _ROW)
+        self.tenant_counters = TypedBucket(kv, _TOTAL)
         self.flush_every = flush_every
         self.rows_due: dict[str, UsageRow] = {}
         """Row key → usage of this replica not yet in the bucket."""
@@ -138,11 +138,7 @@ class KvLedger:
         return spent
 
     async def _stored(self, key: str, tenant: str) -> TenantUsage:
-        try:
-            entry = await self.kv.get(key)
-        except nats.js.errors.KeyNotFoundError:
-            return TenantUsage(tenant=tenant)
-        return _TOTAL.decode(entry.value) if entry.value else TenantUsage(tenant=tenant)
+        return await self.tenant_counters.value(key) or TenantUsage(tenant=tenant)
 
     async def flush(self) -> None:
         """Fold this replica's usage into the bucket; what cannot be written stays due."""
@@ -151,10 +147,10 @@ class KvLedger:
             self._writing, self.totals_due = self.totals_due, {}
             try:
                 for key in list(rows):
-                    await self._add(key, rows[key], _ROW, add_rows)
+                    await self._add(self.row_counters, key, rows[key], add_rows)
                     del rows[key]
                 for key in list(self._writing):
-                    await self._add(key, self._writing[key], _TOTAL, add_totals)
+                    await self._add(self.tenant_counters, key, self._writing[key], add_totals)
                     del self._writing[key]
                     self._read.pop(key, None)
             finally:
@@ -170,44 +166,19 @@ class KvLedger:
                 self._writing = {}
 
     async def _add(
-        self, key: str, delta: T, decoder: msgspec.json.Decoder[T], add: Callable[[T, T], T]
+        self, counters: TypedBucket[T], key: str, delta: T, add: Callable[[T, T], T]
     ) -> None:
         """Add `delta` to the counter at `key` with compare-and-set."""
-        for _ in range(CAS_ATTEMPTS):
-            try:
-                entry = await self.kv.get(key)
-            except nats.js.errors.KeyNotFoundError:
-                try:
-                    await self.kv.create(key, _ENCODER.encode(delta))
-                except nats.js.errors.KeyWrongLastSequenceError:
-                    continue
-                return
-            value = add(decoder.decode(entry.value), delta) if entry.value else delta
-            try:
-                await self.kv.update(key, _ENCODER.encode(value), last=entry.revision)
-            except nats.js.errors.KeyWrongLastSequenceError:
-                continue
-            return
-        raise RuntimeError(f"usage counter {key!r} kept changing during {CAS_ATTEMPTS} writes")
+        await counters.change(
+            key,
+            lambda stored: delta if stored is None else add(stored, delta),
+            attempts=CAS_ATTEMPTS,
+        )
 
     async def rows(self, day: str, tenant: str | None) -> list[UsageRow]:
         await self.flush()
         pattern = f"row.{day}.{key_token(tenant)}.*" if tenant else f"row.{day}.*.*"
-        return [_ROW.decode(value) for value in await self._scan(pattern)]
-
-    async def _scan(self, pattern: str) -> list[bytes]:
-        watcher = await self.kv.watch(pattern, ignore_deletes=True)
-        values = []
-        try:
-            while True:
-                entry = await next_update(watcher, timeout=5.0)
-                if entry is None:
-                    break
-                if entry.value:
-                    values.append(entry.value)
-        finally:
-            await watcher.stop()  # type: ignore[no-untyped-call]
-        return values
+        return await self.row_counters.values(pattern)
 
 
 class KvProvenance:

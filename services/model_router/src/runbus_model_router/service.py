@@ -4,7 +4,6 @@ cancelled."""
 
 import asyncio
 import dataclasses
-from collections import OrderedDict
 from pathlib import Path
 from typing import Final, Self
 
@@ -17,12 +16,14 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from runbus import blobs, ops, progress, subjects
 from runbus.bus import heartbeats
+from runbus.cancels import RunCancels, parse_cancel
 from runbus.headers import RunContext
 from runbus.messages import ModelRequest, ModelResponse, RunTextDelta
 from runbus.messages.model import (
     ModelUsageQuery,
     ModelUsageReport,
 )
+from runbus.owners import Owner
 from runbus.progress import Progress
 from runbus.service import Endpoint, Service, ServiceOptions
 from runbus.settings import Settings
@@ -95,8 +96,7 @@ class ModelRouterService(Service):
         self.ledger: KvLedger | None = None
         self.provenance: KvProvenance | None = None
         self._cancel_sub: Subscription | None = None
-        self._calls: dict[str, set[asyncio.Task[ModelResponse]]] = {}
-        self._cancelled: OrderedDict[str, None] = OrderedDict()
+        self.cancels: RunCancels[asyncio.Task[ModelResponse]] = RunCancels(remember=RECENT_CANCELS)
 
     @classmethod
     def from_settings(cls, nc: NATS, settings: Settings, tracer_provider: TracerProvider) -> Self:
@@ -190,24 +190,18 @@ class ModelRouterService(Service):
             await client.close()
 
     async def on_cancel(self, msg: Msg) -> None:
-        owned = subjects.parse_run_cancel(msg.subject)
-        if owned is None:
+        named = parse_cancel(msg.subject)
+        if named is None:
             return
-        key = ".".join(owned)
-        self._cancelled[key] = None
-        while len(self._cancelled) > RECENT_CANCELS:
-            self._cancelled.popitem(last=False)
-        for task in self._calls.get(key, ()):
-            task.cancel()
-        if key in self._calls:
-            self.log.info("model_stream_cancelled", run_id=owned[2], calls=len(self._calls[key]))
+        if calls := self.cancels.cancel(*named):
+            self.log.info("model_stream_cancelled", run_id=named[1], calls=calls)
 
     async def on_complete(self, ctx: RunContext, request: ModelRequest) -> ModelResponse:
         assert self.router is not None, "on_start has not run"
         # Calls and cancels are keyed by the run's owner: another owner's run of the same id
         # is never stopped by this one's cancel.
-        key = f"{ctx.prop('tenant')}.{ctx.prop('user_id')}.{ctx.run_id}"
-        if ctx.run_id and key in self._cancelled:
+        owner = Owner.of(ctx)
+        if ctx.run_id and self.cancels.cancelled(owner, ctx.run_id):
             raise RunCancelled(ctx.run_id)
         stream_to = request.stream_to
         message_id = request.message_id
@@ -227,10 +221,11 @@ class ModelRouterService(Service):
         call = asyncio.ensure_future(self.router.complete(ctx, request, on_delta))
         if not ctx.run_id:
             return await heartbeats(self.nc, ctx.progress, call, on_gone=self._log_abandoned)
-        calls = self._calls.setdefault(key, set())
-        calls.add(call)
         try:
-            response = await heartbeats(self.nc, ctx.progress, call, on_gone=self._log_abandoned)
+            with self.cancels.holding(owner, ctx.run_id, call):
+                response = await heartbeats(
+                    self.nc, ctx.progress, call, on_gone=self._log_abandoned
+                )
             if stream_to and response.finish_reason == "length":
                 # A reader of the stream learns the text was cut, not finished.
                 cut = RunTextDelta(
@@ -240,13 +235,10 @@ class ModelRouterService(Service):
             return response
         except asyncio.CancelledError:
             current = asyncio.current_task()
-            if key in self._cancelled and current is not None and not current.cancelling():
+            cancelled = self.cancels.cancelled(owner, ctx.run_id)
+            if cancelled and current is not None and not current.cancelling():
                 raise RunCancelled(ctx.run_id) from None
             raise
-        finally:
-            calls.discard(call)
-            if not calls:
-                self._calls.pop(key, None)
 
     def _log_abandoned(self) -> None:
         self.log.info("model_call_abandoned", reason="the caller stopped listening")
