@@ -14,20 +14,16 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js.api import DeliverPolicy
 from nats.js.client import JetStreamContext
-from nats.js.errors import (
-    KeyNotFoundError,
-    KeyWrongLastSequenceError,
-)
 from nats.js.kv import KeyValue
 
 from runbus import subjects
-from runbus.jetstream import keys_matching, open_bucket
+from runbus.jetstream import open_bucket
+from runbus.kv import TypedBucket
 from runbus.messages.sessions import SessionRecord
 
 from .cache import RecordCache
 from .core import RECORD_DECODER
 
-_ENCODER = msgspec.json.Encoder()
 _WRITES: Final = f"$KV.{subjects.SESSIONS_BUCKET}."
 
 
@@ -37,9 +33,13 @@ class StaleRevision(Exception):
 
 class SessionRecords:
     def __init__(self, kv: KeyValue) -> None:
-        self.kv = kv
+        self.bucket = TypedBucket(kv, RECORD_DECODER)
         self.cache = RecordCache()
         self._watch: JetStreamContext.PushSubscription | None = None
+
+    @property
+    def kv(self) -> KeyValue:
+        return self.bucket.kv
 
     @classmethod
     async def open(cls, nc: NATS, *, replicas: int = 1) -> "SessionRecords":
@@ -78,24 +78,18 @@ class SessionRecords:
 
     async def get(self, tenant: str, session_id: str) -> SessionRecord | None:
         key = subjects.session_key(tenant, session_id)
-        try:
-            entry = await self.kv.get(key)
-        except KeyNotFoundError:
+        found = await self.bucket.get(key)
+        if found is None:
             return None
-        if entry.value is None:
-            return None
-        record = msgspec.structs.replace(
-            RECORD_DECODER.decode(entry.value), revision=entry.revision or 0
-        )
+        record = msgspec.structs.replace(found[0], revision=found[1])
         self.cache.remember(key, record)
         return record
 
     async def create(self, record: SessionRecord) -> SessionRecord | None:
         """Store a new record; None if one exists already."""
         key = subjects.session_key(record.tenant, record.session_id)
-        try:
-            revision = await self.kv.create(key, self._encode(record))
-        except KeyWrongLastSequenceError:
+        revision = await self.bucket.create(key, _stored(record))
+        if revision is None:
             return None
         created = msgspec.structs.replace(record, revision=revision)
         self.cache.remember(key, created)
@@ -104,21 +98,20 @@ class SessionRecords:
     async def update(self, record: SessionRecord) -> SessionRecord:
         """Write `record` if the stored one is still at `record.revision`."""
         key = subjects.session_key(record.tenant, record.session_id)
-        try:
-            revision = await self.kv.update(key, self._encode(record), last=record.revision)
-        except KeyWrongLastSequenceError:
-            raise StaleRevision(key) from None
+        revision = await self.bucket.update(key, _stored(record), record.revision)
+        if revision is None:
+            raise StaleRevision(key)
         updated = msgspec.structs.replace(record, revision=revision)
         self.cache.remember(key, updated)
         return updated
 
     async def delete(self, tenant: str, session_id: str) -> None:
         key = subjects.session_key(tenant, session_id)
-        await self.kv.purge(key)
+        await self.bucket.purge(key)
         self.cache.forget(key)
 
     async def list(self, tenant: str) -> list[SessionRecord]:
-        keys = await keys_matching(self.kv, f"{tenant}.*")
+        keys = await self.bucket.keys(subjects.session_key(tenant, "*"))
         records = []
         for key in keys:
             record = await self.get(tenant, key.split(".", 1)[1])
@@ -126,7 +119,7 @@ class SessionRecords:
                 records.append(record)
         return records
 
-    @staticmethod
-    def _encode(record: SessionRecord) -> bytes:
-        # The revision is the store's, not part of the stored value.
-        return _ENCODER.encode(msgspec.structs.replace(record, revision=0))
+
+def _stored(record: SessionRecord) -> SessionRecord:
+    """The record as stored: the revision is the store's, not part of the value."""
+    return msgspec.structs.replace(record, revision=0)

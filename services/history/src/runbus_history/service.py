@@ -50,6 +50,7 @@ from runbus.messages.sessions import (
     SessionRecord,
     SessionStateUpdate,
 )
+from runbus.owners import Owner
 from runbus.service import DEFAULT_OPTIONS, Endpoint, Service, ServiceOptions
 from runbus.settings import Settings
 
@@ -65,11 +66,6 @@ from .records import SessionRecords, StaleRevision
 
 CAS_ATTEMPTS: Final = 20
 IMPORT_CHUNK: Final = 100
-
-
-class Caller(msgspec.Struct, frozen=True):
-    tenant: str
-    user_id: str
 
 
 class Stored(NamedTuple):
@@ -93,11 +89,12 @@ class History(NamedTuple):
     """Stream sequence of the last stored batch (0: none); None when the read did not see it."""
 
 
-def caller(ctx: RunContext) -> Caller:
-    tenant, user_id = ctx.prop("tenant"), ctx.prop("user_id")
-    if not is_identifier(tenant) or not is_identifier(user_id):
+def caller(ctx: RunContext) -> Owner:
+    """The owner the trusted headers name; `MissingIdentity` unless both are identifiers."""
+    owner = Owner.of(ctx)
+    if not owner.identified:
         raise MissingIdentity()
-    return Caller(tenant, user_id)
+    return owner
 
 
 class HistoryService(Service):
@@ -418,12 +415,12 @@ class HistoryService(Service):
 
     # -- helpers -------------------------------------------------------------------------
 
-    async def _purge(self, who: Caller, session_id: str) -> None:
+    async def _purge(self, who: Owner, session_id: str) -> None:
         """Remove every batch and compaction stored under the caller's session `session_id`."""
         await store.purge(self.nc, subjects.history_log(who.tenant, session_id))
         await store.purge(self.nc, subjects.history_compactions(who.tenant, session_id))
 
-    async def _cancel_run(self, who: Caller, run_id: str) -> None:
+    async def _cancel_run(self, who: Owner, run_id: str) -> None:
         """Tell the caller's run `run_id` to stop (every replica of every service hears it)."""
         await self.nc.publish(subjects.run_cancel(who.tenant, who.user_id, run_id), b"")
 
@@ -432,7 +429,7 @@ class HistoryService(Service):
         return self.bus.request_timeout if left is None else min(left, self.bus.request_timeout)
 
     async def _read(
-        self, ctx: RunContext, who: Caller, session_id: str, *, originals: bool = False
+        self, ctx: RunContext, who: Owner, session_id: str, *, originals: bool = False
     ) -> Stored:
         """What is stored under the session id: the latest compaction, then only the batches
         stored after it. `originals` reads every batch and ignores compactions (audit)."""
@@ -457,7 +454,7 @@ class HistoryService(Service):
         return Stored(batches, compaction, end)
 
     async def _history(
-        self, ctx: RunContext, who: Caller, stored: Stored, record: SessionRecord
+        self, ctx: RunContext, who: Owner, stored: Stored, record: SessionRecord
     ) -> History:
         """The history of `record`'s incarnation in what `stored` found. A latest compaction
         of another incarnation (written by a run of a session deleted since, in the moment a
@@ -473,7 +470,7 @@ class HistoryService(Service):
     async def _get_or_create(
         self,
         ctx: RunContext,
-        who: Caller,
+        who: Owner,
         session_id: str,
         change: "core.RecordChange",
         *,
