@@ -90,8 +90,10 @@ def waiting_on(event: RunEvent | None) -> str:
             return f"waiting for a decision on {tool} (runbus approve/deny)"
         case RunTextDelta():
             return "the model is still answering"
-        case _:
+        case RunStarted() | RunCompacted() | RunToolResult() | RunCompleted() | RunFailed():
             return "waiting for the model"
+        case _:
+            assert_never(event)
 
 
 class WaitNotice:

@@ -9,6 +9,7 @@ dropped, a late result moves next to its call, and a call never answered is drop
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import assert_never
 
 import msgspec
 
@@ -156,8 +157,10 @@ def _kind(message: ChatMessage) -> GroupKind:
             return "summary"
         case "user":
             return "user"
-        case _:
+        case "assistant" | "tool":
             return "assistant_text"
+        case _:
+            assert_never(message.role)
 
 
 class _Builder:
@@ -186,13 +189,15 @@ class _Builder:
                     self.groups[-1].messages.append(message)
                 else:
                     self.pending_reasoning.append(message)
-            case _:
+            case "user" | "system" | "assistant":
                 self._flush_reasoning()
                 if message.role == "user":
                     self.turn += 1
                 kind = _kind(message)
                 self.groups.append(Group(kind, [message], None if kind == "system" else self.turn))
                 self.in_tool_group = False
+            case _:
+                assert_never(message.role)
 
     def _add_calls(self, message: ChatMessage) -> None:
         slot = len(self.groups)

@@ -32,7 +32,9 @@ from runbus.messages.contents import (
     DataContent,
     FunctionCallContent,
     FunctionResultContent,
+    ReasoningContent,
     UriContent,
+    UsageContent,
 )
 from runbus.messages.errors import ErrorInfo
 
@@ -421,8 +423,10 @@ def transcript(messages: list[ChatMessage]) -> str:
                     lines.append(f"{message.role}: <{uri}>")
                 case DataContent(media_type=media_type, data=data):
                     lines.append(f"{message.role}: [{media_type}, {len(data)} bytes]")
+                case TextContent() | ReasoningContent() | UsageContent():
+                    pass  # blank text, reasoning and usage are not the conversation
                 case _:
-                    pass
+                    assert_never(part)
     return "\n".join(lines)
 
 

@@ -76,6 +76,8 @@ def counter_for(tokenizer: Tokenizer) -> TokenCounter:
             return BYTES
         case "cl100k":
             return TiktokenCounter()
+        case _:
+            assert_never(tokenizer)
 
 
 def result_text(part: FunctionResultContent) -> str:

@@ -5,7 +5,7 @@ router may apply before sending it: placeholders for media, dropped reasoning, t
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, assert_never
 
 import msgspec
 
@@ -13,11 +13,14 @@ from runbus.messages import (
     ChatMessage,
     Content,
     DataContent,
+    FunctionCallContent,
+    FunctionResultContent,
     ModelRequest,
     ReasoningContent,
     TextContent,
     ToolSpec,
     UriContent,
+    UsageContent,
 )
 
 from .errors import InvalidToolSchema
@@ -40,16 +43,26 @@ def is_image(part: Content) -> bool:
                 return media_type.startswith("image/")
             lowered = uri.lower()
             return lowered.startswith("data:image/") or lowered.endswith(_IMAGE_SUFFIXES)
-    return False
+        case TextContent() | ReasoningContent() | UsageContent():
+            return False
+        case FunctionCallContent() | FunctionResultContent():
+            return False
+        case _:
+            assert_never(part)
 
 
 def is_audio(part: Content) -> bool:
     match part:
         case DataContent(media_type=media_type):
             return media_type.startswith("audio/")
-        case UriContent(media_type=media_type) if media_type is not None:
-            return media_type.startswith("audio/")
-    return False
+        case UriContent(media_type=media_type):
+            return media_type is not None and media_type.startswith("audio/")
+        case TextContent() | ReasoningContent() | UsageContent():
+            return False
+        case FunctionCallContent() | FunctionResultContent():
+            return False
+        case _:
+            assert_never(part)
 
 
 @dataclass(frozen=True)
@@ -125,7 +138,8 @@ def _describe(part: DataContent | UriContent, kind: str) -> str:
         case UriContent(uri=uri):
             shown = uri if not uri.startswith("data:") else uri.split(",", 1)[0] + ",…"
             return f"[{kind} omitted: {shown}; this model cannot take {kind}s]"
-    raise AssertionError(part)
+        case _:
+            assert_never(part)
 
 
 def with_placeholders(request: ModelRequest, *, images: bool, audio: bool) -> ModelRequest:

@@ -6,7 +6,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, assert_never
 
 import structlog
 from opentelemetry.metrics import MeterProvider, get_meter_provider
@@ -17,6 +17,7 @@ from runbus import __version__
 from runbus.errors import RunbusError
 from runbus.headers import RunContext
 from runbus.messages import (
+    Content,
     DataContent,
     FunctionCallContent,
     FunctionResultContent,
@@ -25,6 +26,7 @@ from runbus.messages import (
     ReasoningContent,
     TextContent,
     UriContent,
+    UsageContent,
 )
 
 from .backends import OnDelta
@@ -192,7 +194,7 @@ class PromptAudit:
     def __init__(self, redact: Redactor) -> None:
         self.redact = redact
 
-    def _part(self, part: object) -> dict[str, Any]:
+    def _part(self, part: Content) -> dict[str, Any]:
         match part:
             case TextContent(text=text):
                 return {"text": self.redact(text)}
@@ -211,7 +213,10 @@ class PromptAudit:
             case FunctionResultContent(call_id=call_id, result=result, error=error):
                 shown = error if error is not None else str(result)
                 return {"result_of": call_id, "result": self.redact(shown)}
-        return {"part": type(part).__name__}
+            case UsageContent():
+                return {"part": type(part).__name__}
+            case _:
+                assert_never(part)
 
     async def __call__(self, call: ModelCall, call_next: Next) -> ModelResponse:
         log.info(

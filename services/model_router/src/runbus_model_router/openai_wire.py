@@ -10,7 +10,7 @@ msgspec straight from the bytes, assembled into one assistant message, usage and
 import base64
 import json
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, assert_never
 
 import msgspec
 
@@ -25,6 +25,7 @@ from runbus.messages import (
     ToolSpec,
     UriContent,
     Usage,
+    UsageContent,
 )
 from runbus.messages.model import FinishReason
 
@@ -63,7 +64,10 @@ def _user_part(part: Content) -> Param | None:
             return {"type": "image_url", "image_url": {"url": uri}}
         case UriContent(uri=uri):
             return {"type": "text", "text": uri}
-    return None  # calls, results, reasoning and usage are not user content
+        case ReasoningContent() | UsageContent() | FunctionCallContent() | FunctionResultContent():
+            return None  # not user content
+        case _:
+            assert_never(part)
 
 
 def _plain(part: Content) -> str:
@@ -75,7 +79,10 @@ def _plain(part: Content) -> str:
             return f"[{media_type} attachment, {len(data)} bytes]"
         case UriContent(uri=uri):
             return uri
-    return ""
+        case ReasoningContent() | UsageContent() | FunctionCallContent() | FunctionResultContent():
+            return ""  # reasoning, calls and results have their own places; usage none
+        case _:
+            assert_never(part)
 
 
 def _result_text(result: FunctionResultContent) -> str:
@@ -111,6 +118,8 @@ def to_openai_messages(
                 text = "".join(_plain(p) for p in message.contents)
                 if text and not message.function_results:
                     out.append({"role": "user", "content": text})
+            case _:
+                assert_never(message.role)
     return _answer_every_call(out)
 
 

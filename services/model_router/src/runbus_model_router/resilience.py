@@ -8,7 +8,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Literal
+from typing import Literal, assert_never
 
 Clock = Callable[[], float]
 
@@ -43,7 +43,10 @@ class CircuitBreaker:
             case "half_open" if not self.probing:
                 self.probing = True
                 return True
-        return False
+            case "half_open" | "open":
+                return False
+            case _:
+                assert_never(self.state)
 
     def release(self) -> None:
         """The call ended without saying anything about the target (cancelled, bad request)."""
