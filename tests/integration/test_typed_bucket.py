@@ -5,6 +5,7 @@ import msgspec
 import pytest
 from nats.aio.client import Client as NATS
 
+from runbus.jetstream import open_bucket
 from runbus.kv import KeptChanging, TypedBucket
 
 
@@ -17,7 +18,7 @@ DECODER = msgspec.json.Decoder(Counter)
 
 
 async def bucket(nc: NATS) -> TypedBucket[Counter]:
-    return await TypedBucket.open(nc, "runbus_typed_test", DECODER)
+    return TypedBucket(await open_bucket(nc, "runbus_typed_test"), DECODER)
 
 
 async def test_a_value_is_read_back_with_its_revision_and_stored_as_its_json(nc: NATS) -> None:

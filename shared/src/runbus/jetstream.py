@@ -1,6 +1,5 @@
-"""JetStream setup and KV helpers every service shares: make a stream or bucket exist with
-the wanted config (idempotent across replicas starting at once), list keys by pattern, wait
-for a watcher's next entry."""
+"""JetStream setup every service shares: make a stream or bucket exist with the wanted config
+(idempotent across replicas starting at once), and wait for a KV watcher's next entry."""
 
 import asyncio
 from dataclasses import replace
@@ -116,24 +115,6 @@ async def _wait_for_replicas(nc: NATS, stream: str, replicas: int, timeout: floa
             if placed and all(peer.current for peer in peers):
                 return
             await asyncio.sleep(0.1)
-
-
-async def keys_matching(kv: KeyValue, pattern: str) -> list[str]:
-    """Keys matching the subject-style `pattern` (`acme.*`), filtered by the server.
-
-    nats-py's `KeyValue.keys(filters=...)` watches the whole bucket and matches substrings
-    client-side, which is slow and would let `acme.` match a tenant named `bigacme`.
-    """
-    watcher = await kv.watch(pattern, ignore_deletes=True, meta_only=True)
-    keys: list[str] = []
-    try:
-        async for entry in watcher:
-            if entry is None:
-                break
-            keys.append(entry.key)
-    finally:
-        await watcher.stop()  # type: ignore[no-untyped-call]
-    return keys
 
 
 async def next_update(watcher: KeyValue.KeyWatcher, timeout: float) -> KeyValue.Entry | None:

@@ -2,14 +2,13 @@
 written by compare-and-set; a lost race is a return value, not an exception to catch."""
 
 from collections.abc import Callable
-from typing import Final, Generic, Self, TypeVar
+from typing import Final, Generic, TypeVar
 
 import msgspec
-from nats.aio.client import Client as NATS
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
-from .jetstream import keys_matching, next_update, open_bucket
+from .jetstream import next_update
 
 T = TypeVar("T")
 
@@ -37,26 +36,10 @@ class TypedBucket(Generic[T]):
         self.kv = kv
         self._decoder = decoder
 
-    @classmethod
-    async def open(
-        cls,
-        nc: NATS,
-        bucket: str,
-        decoder: msgspec.json.Decoder[T],
-        *,
-        replicas: int = 1,
-        ttl: float | None = None,
-        description: str | None = None,
-    ) -> Self:
-        """The bucket, created on first use (see `jetstream.open_bucket`)."""
-        kv = await open_bucket(nc, bucket, replicas=replicas, ttl=ttl, description=description)
-        return cls(kv, decoder)
-
     def decode(self, data: bytes) -> T:
         return self._decoder.decode(data)
 
-    @staticmethod
-    def encode(value: T) -> bytes:
+    def encode(self, value: T) -> bytes:
         return _ENCODER.encode(value)
 
     async def get(self, key: str) -> tuple[T, int] | None:
@@ -115,8 +98,21 @@ class TypedBucket(Generic[T]):
         await self.kv.purge(key)
 
     async def keys(self, pattern: str = ">") -> list[str]:
-        """Keys matching the subject-style `pattern` (see `jetstream.keys_matching`)."""
-        return await keys_matching(self.kv, pattern)
+        """Keys matching the subject-style `pattern` (`acme.*`), filtered by the server.
+
+        nats-py's `KeyValue.keys(filters=...)` watches the whole bucket and matches substrings
+        client-side, which is slow and would let `acme.` match a tenant named `bigacme`.
+        """
+        watcher = await self.kv.watch(pattern, ignore_deletes=True, meta_only=True)
+        keys: list[str] = []
+        try:
+            async for entry in watcher:
+                if entry is None:
+                    break
+                keys.append(entry.key)
+        finally:
+            await watcher.stop()  # type: ignore[no-untyped-call]
+        return keys
 
     async def values(self, pattern: str = ">") -> list[T]:
         """The values of every key matching `pattern`, read in one pass."""
