@@ -9,7 +9,7 @@ import math
 import re
 import time
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Protocol, assert_never
 
 import structlog
 
@@ -149,3 +149,5 @@ async def embedder_from_settings(settings: Settings) -> Embedder:
                 ),
                 down=embeddings_down(settings.embeddings_url),
             )
+        case _:
+            assert_never(settings.embedder)

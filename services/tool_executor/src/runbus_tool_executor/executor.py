@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Final
+from typing import Final, assert_never
 
 import msgspec
 import structlog
@@ -150,6 +150,10 @@ class Executor:
                     result=FunctionResultContent(call_id=call_id, result=result, error=error),
                     outcome="terminate",
                 )
+            case None:
+                pass
+            case _:
+                assert_never(verdict.stop)
         approved_by = ""
         if verdict.approvals:
             answer = self._approval(tool, request, ctx, parsed, verdict)
