@@ -9,7 +9,7 @@ waiting for a person's approval makes the task `input-required`.
 """
 
 import json
-from typing import Any, Final
+from typing import Any, Final, assert_never
 
 import msgspec
 from a2a.types import (
@@ -31,6 +31,7 @@ from runbus.messages import (
     Content,
     ErrorInfo,
     RunApprovalRequested,
+    RunCompacted,
     RunCompleted,
     RunEvent,
     RunFailed,
@@ -201,7 +202,10 @@ class TaskUpdates:
             case RunFailed(error=error):
                 message = error_message(self.task_id, self.context_id, error)
                 return [self.status(state_of_failure(error), message)]
-        return []
+            case RunCompacted():
+                return []  # the run's own housekeeping: A2A has no update for it
+            case _:
+                assert_never(event)
 
 
 def new_task(task_id: str, context_id: str, request: Message) -> Task:

@@ -11,7 +11,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from typing import Any, Final
+from typing import Any, Final, assert_never
 
 import msgspec
 import pydantic
@@ -26,6 +26,7 @@ from runbus.messages import (
     ChatMessage,
     Content,
     RunApprovalRequested,
+    RunCompacted,
     RunCompleted,
     RunEvent,
     RunFailed,
@@ -114,6 +115,10 @@ class Translator:
                 )
             case RunFailed(error=error):
                 out.append(ag.RunErrorEvent(message=error.message, code=error.code))
+            case RunCompacted():
+                pass  # the run's own housekeeping: AG-UI has no event for it
+            case _:
+                assert_never(event)
         return out
 
     def todos_may_have_changed(self, event: RunEvent) -> bool:
@@ -122,7 +127,12 @@ class Translator:
                 return True
             case RunToolResult(result=result):
                 return self.tool_names.get(result.call_id, "").startswith(TODO_TOOL_PREFIX)
-        return False
+            case RunApprovalRequested() | RunCompacted() | RunTextDelta() | RunToolCall():
+                return False
+            case RunFailed():
+                return False
+            case _:
+                assert_never(event)
 
 
 def run_input(body: ag.RunAgentInput) -> list[ChatMessage]:

@@ -12,7 +12,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from typing import Final
+from typing import Final, assert_never
 
 import msgspec
 import structlog
@@ -26,8 +26,11 @@ from runbus.messages import (
     Content,
     ErrorInfo,
     RunApprovalRequested,
+    RunCompacted,
     RunCompleted,
+    RunEvent,
     RunFailed,
+    RunStarted,
     RunTextDelta,
     RunToolCall,
     RunToolResult,
@@ -88,7 +91,7 @@ class Completion:
         self.extension = oa.RunbusExtension(run_id=run_id, session_id=session_id, trace_id=trace_id)
         self.tools: dict[str, oa.ToolActivity] = {}
 
-    def on_event(self, event: object) -> oa.ToolActivity | None:
+    def on_event(self, event: RunEvent) -> oa.ToolActivity | None:
         """Record tool activity; the changed call, if the event was one."""
         match event:
             case RunToolCall(call=call):
@@ -110,10 +113,37 @@ class Completion:
                     error=result.error,
                     status="done",
                 )
-            case _:
+            case RunStarted() | RunCompacted() | RunTextDelta() | RunCompleted() | RunFailed():
                 return None
+            case _:
+                assert_never(event)
         self.tools[activity.call_id] = activity
         return activity
+
+    def frames(self, event: RunEvent, include_usage: bool) -> tuple[list[bytes], bool]:
+        """The stream frames `event` becomes, and whether the stream ends with them."""
+        frames = []
+        if (tool := self.on_event(event)) is not None:
+            frames.append(self.chunk(oa.Delta(), tool=tool))
+        match event:
+            case RunTextDelta(delta=delta):
+                frames.append(self.chunk(oa.Delta(content=delta)))
+            case RunCompleted():
+                frames.append(self.chunk(oa.Delta(), finish=True))
+                if include_usage:
+                    frames.append(self.chunk(usage=self.usage(event)))
+                return frames, True
+            case RunFailed(error=error):
+                body = {"error": openai_error(error, status_of(error.code))}
+                frames.append(sse.data_frame(msgspec.json.encode(body)))
+                return frames, True
+            case RunToolCall() | RunApprovalRequested() | RunToolResult():
+                pass  # the tool chunk above
+            case RunStarted() | RunCompacted():
+                pass  # no chunk: OpenAI's stream has nothing for them
+            case _:
+                assert_never(event)
+        return frames, False
 
     def usage(self, done: RunCompleted) -> oa.Usage:
         used = done.usage
@@ -194,12 +224,19 @@ async def _whole(
     completion: Completion, events: AsyncIterator[SequencedEvent], headers: dict[str, str]
 ) -> web.Response:
     async for item in events:
-        completion.on_event(item.event)
-        match item.event:
+        event = item.event
+        completion.on_event(event)
+        match event:
             case RunCompleted():
-                return json_response(completion.final(item.event), headers=headers)
+                return json_response(completion.final(event), headers=headers)
             case RunFailed(error=error):
                 return error_response(error, headers=headers, openai=True)
+            case RunStarted() | RunApprovalRequested() | RunCompacted() | RunTextDelta():
+                pass  # the answer is the final event's text
+            case RunToolCall() | RunToolResult():
+                pass  # kept by `on_event` for the answer's tool activity
+            case _:
+                assert_never(event)
     raise Unavailable("the event stream ended without a final event")
 
 
@@ -247,22 +284,11 @@ async def _send_chunks(
         if item is None:
             await response.write(sse.KEEPALIVE)
         else:
-            event = item.event
-            if (tool := completion.on_event(event)) is not None:
-                await response.write(completion.chunk(oa.Delta(), tool=tool))
-            match event:
-                case RunTextDelta(delta=delta):
-                    await response.write(completion.chunk(oa.Delta(content=delta)))
-                case RunCompleted():
-                    await response.write(completion.chunk(oa.Delta(), finish=True))
-                    if include_usage:
-                        await response.write(completion.chunk(usage=completion.usage(event)))
-                    break
-                case RunFailed(error=error):
-                    status = status_of(error.code)
-                    body = {"error": openai_error(error, status)}
-                    await response.write(sse.data_frame(msgspec.json.encode(body)))
-                    break
+            frames, done = completion.frames(item.event, include_usage)
+            for frame in frames:
+                await response.write(frame)
+            if done:
+                break
         try:
             item = await anext(paced)
         except StopAsyncIteration:

@@ -7,7 +7,7 @@ authenticates and authorizes, this process only translates.
 import asyncio
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
-from typing import Annotated, Final, Literal
+from typing import Annotated, Final, Literal, assert_never
 
 import msgspec
 import structlog
@@ -16,7 +16,17 @@ from aiohttp import hdrs, web
 from runbus import ops
 from runbus.client import SequencedEvent, new_run_id
 from runbus.errors import BadRequest, Unavailable
-from runbus.messages import RunCompleted, RunFailed, encode
+from runbus.messages import (
+    RunApprovalRequested,
+    RunCompacted,
+    RunCompleted,
+    RunFailed,
+    RunStarted,
+    RunTextDelta,
+    RunToolCall,
+    RunToolResult,
+    encode,
+)
 from runbus.messages.runs import (
     ApprovalDecide,
     RunCancel,
@@ -212,7 +222,12 @@ async def _final(events: Events, headers: dict[str, str]) -> web.Response:
             return json_response(encode(final), headers=headers)
         case RunFailed(error=error):
             return error_response(error, headers=headers)
-    raise Unavailable("the event stream ended without a final event")
+        case None | RunStarted() | RunApprovalRequested() | RunCompacted():
+            raise Unavailable("the event stream ended without a final event")
+        case RunTextDelta() | RunToolCall() | RunToolResult():
+            raise Unavailable("the event stream ended without a final event")
+        case _:
+            assert_never(final)
 
 
 def _after(request: web.Request) -> int:
