@@ -1,7 +1,10 @@
+import hashlib
+
 import msgspec
 
 from runbus.headers import RunContext
 from runbus.owners import Owner, digest, token
+from runbus_gateway.approvals import approval_key
 
 
 def test_owner_is_read_from_the_trusted_properties_of_a_run() -> None:
@@ -42,3 +45,11 @@ def test_an_owner_is_stored_as_its_two_named_fields() -> None:
     stored = b'{"tenant":"acme","user_id":"alice"}'
     assert msgspec.json.encode(Owner("acme", "alice")) == stored
     assert msgspec.json.decode(stored, type=Owner) == Owner("acme", "alice")
+
+
+def test_approval_keys_stay_those_of_the_approvals_already_stored() -> None:
+    call_digest = hashlib.sha256(b"call 1").hexdigest()[:32]
+
+    key = approval_key(Owner("acme", "alice"), "r-1", "call 1")
+
+    assert key == f"acme.alice.r-1.{call_digest}"
