@@ -55,6 +55,7 @@ from google.protobuf import json_format
 
 from runbus import ops
 from runbus.client import RunbusClient
+from runbus.decoding import Undecodable, decode_untrusted
 from runbus.errors import RunbusError, Unavailable, UnknownAgent
 from runbus.messages import ErrorCode
 from runbus.messages.runs import AgentList, AgentSummary
@@ -160,8 +161,8 @@ async def on_rpc(request: web.Request) -> web.StreamResponse:
     agent = identifier(request, "agent")
     ingress = ingress_of(request)
     try:
-        envelope = _ENVELOPE.decode(await request.read())
-    except msgspec.DecodeError as exc:
+        envelope = decode_untrusted(_ENVELOPE, await request.read(), "JSON-RPC request")
+    except Undecodable as exc:
         return _error(None, _envelope_error(exc))
     request_id = envelope.id
     try:
@@ -205,10 +206,10 @@ def _check(request: web.Request, envelope: JsonRpcRequest) -> None:
         )
 
 
-def _envelope_error(exc: msgspec.DecodeError) -> A2AError | JSONRPCError:
-    if isinstance(exc, msgspec.ValidationError):
-        return InvalidRequestError(f"not a JSON-RPC 2.0 request: {exc}")
-    return JSONParseError(message=f"not JSON: {exc}")
+def _envelope_error(exc: Undecodable) -> A2AError | JSONRPCError:
+    if exc.malformed:
+        return JSONParseError(message=f"not JSON: {exc.reason}")
+    return InvalidRequestError(f"not a JSON-RPC 2.0 request: {exc.reason}")
 
 
 def _params(envelope: JsonRpcRequest, model: type[Any]) -> Any:

@@ -14,13 +14,13 @@ from contextlib import aclosing
 from typing import Any, Final, assert_never
 
 import msgspec
-import pydantic
 import structlog
 from ag_ui import core as ag
 from aiohttp import web
 
 from runbus import ops, todos
 from runbus.client import RunbusClient, SequencedEvent
+from runbus.decoding import decode_untrusted
 from runbus.errors import BadRequest, NotFound, RemoteError
 from runbus.messages import (
     ChatMessage,
@@ -158,10 +158,9 @@ def _text_of(parts: list[Any]) -> str:
 async def on_run_agent(request: web.Request) -> web.StreamResponse:
     ingress = ingress_of(request)
     agent = identifier(request, "agent")
-    try:
-        body = ag.RunAgentInput.model_validate_json(await request.read())
-    except pydantic.ValidationError as exc:
-        raise BadRequest(f"bad AG-UI RunAgentInput: {exc.errors(include_url=False)}") from None
+    body = decode_untrusted(
+        ag.RunAgentInput.model_validate_json, await request.read(), "AG-UI RunAgentInput"
+    )
     thread_id = checked_identifier(body.thread_id, "thread_id")
     run_id = checked_identifier(body.run_id, "run_id")
     messages = run_input(body)

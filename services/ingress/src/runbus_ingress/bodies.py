@@ -5,6 +5,7 @@ from typing import Annotated
 
 import msgspec
 
+from runbus.decoding import decode_untrusted
 from runbus.errors import BadRequest, Unauthenticated
 from runbus.messages import ChatMessage, Identifier
 
@@ -36,18 +37,16 @@ _START_RUN_DECODER = msgspec.json.Decoder(StartRun)
 
 
 def decode_start_run(body: bytes) -> StartRun:
-    try:
-        start = _START_RUN_DECODER.decode(body)
-    except msgspec.DecodeError as exc:  # ValidationError is a DecodeError
-        raise BadRequest(f"bad run body: {exc}") from None
+    start = decode_untrusted(_START_RUN_DECODER, body, "run body")
     start.message()  # checks `text` xor `input` before anything is published
     return start
 
 
 def bearer_token(authorization: str | None) -> str:
-    """The token of an `Authorization: Bearer <token>` header."""
+    """The token of an `Authorization: Bearer <token>` header: visible ASCII only, as a NATS
+    connection can present it (anything else is refused before the bus is asked)."""
     scheme, _, token = (authorization or "").strip().partition(" ")
     token = token.strip()
-    if scheme.lower() != "bearer" or not token or any(c.isspace() for c in token):
-        raise Unauthenticated("send `Authorization: Bearer <token>`")
+    if scheme.lower() != "bearer" or not token or not all("!" <= c <= "~" for c in token):
+        raise Unauthenticated("send `Authorization: Bearer <token>` (visible ASCII)")
     return token

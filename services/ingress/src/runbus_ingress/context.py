@@ -10,6 +10,7 @@ from aiohttp import hdrs, web
 from opentelemetry import context as otel_context
 
 from runbus.client import RunbusClient
+from runbus.decoding import decode_untrusted
 from runbus.errors import BadRequest
 from runbus.messages import is_identifier
 from runbus.telemetry import extract
@@ -91,10 +92,7 @@ def json_response(
 
 def decode_body(body: bytes, decoder: "msgspec.json.Decoder[T]", what: str) -> T:
     """A request body, or `bad_request` naming what was wrong with it."""
-    try:
-        return decoder.decode(body)
-    except msgspec.DecodeError as exc:  # ValidationError is a DecodeError
-        raise BadRequest(f"bad {what} body: {exc}") from None
+    return decode_untrusted(decoder, body, f"{what} body")
 
 
 @contextmanager

@@ -15,7 +15,8 @@ from aiohttp import hdrs, web
 
 from runbus import ops
 from runbus.client import SequencedEvent, new_run_id
-from runbus.errors import BadRequest, Unavailable
+from runbus.decoding import sequence
+from runbus.errors import Unavailable
 from runbus.messages import (
     RunApprovalRequested,
     RunCompacted,
@@ -234,13 +235,7 @@ def _after(request: web.Request) -> int:
     """Resume point: `Last-Event-ID` (what an EventSource sends when it reconnects) wins over
     `?after=`."""
     raw = request.headers.get("Last-Event-ID") or request.query.get("after") or "0"
-    try:
-        after = int(raw)
-    except ValueError:
-        after = -1
-    if after < 0:
-        raise BadRequest(f"bad event sequence {raw!r}: a stream sequence (an integer >= 0)")
-    return after
+    return sequence(raw, "event sequence")
 
 
 def _flag(request: web.Request, name: str) -> bool:
