@@ -43,6 +43,10 @@ SERVICES = (
     "tool_executor",
 )
 INGRESS = "ingress"
+TOKEN_CHECKERS = ("auth", "gateway")
+"""The services that verify tokens: started through deploy/require-tokens.sh."""
+REQUIRE_TOKENS = "runbus-require-tokens"
+PUBLISH = "${RUNBUS_PUBLISH_ADDRESS:-127.0.0.1}"
 SCALED_IN_COMPOSE = {"auth", "gateway", "model_router", "tool_executor"}
 AUTOSCALED = {"gateway", "tool_executor"}
 KUBERNETES_VERSION = "1.33"
@@ -97,6 +101,13 @@ def k8s_name(service: str) -> str:
     return service.replace("_", "-")
 
 
+def serve_command(service: str) -> list[str]:
+    """How the deployment files start `service`: `runbus serve <name>`, behind the token check
+    for the services that verify tokens."""
+    guard = [REQUIRE_TOKENS] if service in TOKEN_CHECKERS else []
+    return [*guard, "runbus", "serve", service]
+
+
 def runbus_variables(environment: dict[str, Any]) -> set[str]:
     return {name for name in environment if name.startswith(ENV_PREFIX)}
 
@@ -127,7 +138,7 @@ def test_compose_runs_the_six_services_each_as_runbus_serve_with_its_name() -> N
 
     assert set(SERVICES) <= set(services)
     for name in SERVICES:
-        assert services[name]["command"] == ["runbus", "serve", name]
+        assert services[name]["command"] == serve_command(name)
 
 
 def test_compose_builds_every_runbus_service_from_the_one_dockerfile() -> None:
@@ -173,7 +184,7 @@ def test_compose_jaeger_is_v2_with_otlp_grpc_http_and_the_ui_published() -> None
     jaeger = compose()["services"]["jaeger"]
 
     assert jaeger["image"].startswith("jaegertracing/jaeger:2.")
-    assert {"16686:16686", "4317:4317", "4318:4318"} <= set(jaeger["ports"])
+    assert {f"{PUBLISH}:{port}:{port}" for port in (16686, 4317, 4318)} <= set(jaeger["ports"])
 
 
 def test_compose_sets_replicas_and_a_discovery_health_check_on_every_service() -> None:
@@ -203,7 +214,7 @@ def test_compose_runs_the_http_ingress_published_on_8080_without_a_bus_credentia
     assert ingress["command"] == ["runbus", "http"]
     assert args.handler.__module__ == "runbus.commands.http"
     assert ingress["build"] == services["gateway"]["build"]
-    assert ingress["ports"] == [f"{env['RUNBUS_HTTP_PORT']}:{env['RUNBUS_HTTP_PORT']}"]
+    assert ingress["ports"] == [f"{PUBLISH}:{env['RUNBUS_HTTP_PORT']}:{env['RUNBUS_HTTP_PORT']}"]
     assert env["RUNBUS_HTTP_HOST"] == "0.0.0.0"
     assert env["RUNBUS_NATS_URL"] == "nats://nats:4222"
     # Each user's requests go over a connection with that user's token: no service password.
@@ -215,6 +226,63 @@ def test_compose_runs_the_http_ingress_published_on_8080_without_a_bus_credentia
     check = ingress["healthcheck"]
     assert f"http://127.0.0.1:{env['RUNBUS_HTTP_PORT']}/healthz" in " ".join(check["test"])
     assert {"interval", "timeout", "retries", "start_period"} <= set(check)
+
+
+def test_compose_publishes_every_port_on_loopback_unless_told_otherwise() -> None:
+    published = {
+        name: port
+        for name, service in compose()["services"].items()
+        for port in service.get("ports", [])
+    }
+
+    assert published
+    assert {name: port for name, port in published.items() if not port.startswith(PUBLISH)} == {}
+
+
+def test_compose_and_kubernetes_start_the_token_checking_services_behind_the_guard() -> None:
+    services = compose()["services"]
+    deployments = k8s_objects("Deployment")
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+
+    for name in TOKEN_CHECKERS:
+        (container,) = deployments[k8s_name(name)]["spec"]["template"]["spec"]["containers"]
+        assert services[name]["command"][0] == REQUIRE_TOKENS
+        assert container["command"][0] == REQUIRE_TOKENS
+        assert services[name]["environment"]["RUNBUS_ALLOW_DEV_TOKENS"].endswith(":-0}")
+    assert f"deploy/require-tokens.sh /usr/local/bin/{REQUIRE_TOKENS}" in dockerfile
+
+
+def run_guard(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """deploy/require-tokens.sh in front of a command that prints what runbus would see."""
+    return subprocess.run(
+        ["sh", str(DEPLOY / "require-tokens.sh"), "sh", "-c", "env | grep ^RUNBUS_ || true"],
+        env={"PATH": "/usr/bin:/bin", **env},
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=False,
+    )
+
+
+def test_the_token_guard_refuses_the_dev_tokens_saying_what_to_do() -> None:
+    for env in ({}, {"RUNBUS_TOKENS_FILE": ""}, {"RUNBUS_ALLOW_DEV_TOKENS": "0"}):
+        refused = run_guard(env)
+
+        assert refused.returncode == 78
+        assert "RUNBUS_TOKENS_FILE" in refused.stderr
+        assert "RUNBUS_ALLOW_DEV_TOKENS=1" in refused.stderr
+        assert refused.stdout == ""
+
+
+def test_the_token_guard_starts_with_a_token_file_or_the_dev_tokens_explicitly_allowed() -> None:
+    with_file = run_guard({"RUNBUS_TOKENS_FILE": "/etc/runbus/tokens/tokens.toml"})
+    allowed = run_guard({"RUNBUS_ALLOW_DEV_TOKENS": "1"})
+
+    assert with_file.returncode == 0
+    assert with_file.stdout == "RUNBUS_TOKENS_FILE=/etc/runbus/tokens/tokens.toml\n"
+    assert allowed.returncode == 0
+    # runbus refuses unknown RUNBUS_* variables: the guard's own is gone before it starts.
+    assert allowed.stdout == ""
 
 
 def test_compose_qdrant_keeps_its_data_in_a_volume() -> None:
@@ -416,7 +484,7 @@ def test_each_service_has_a_deployment_that_runs_it_with_requests_and_limits() -
     for service in SERVICES:
         spec = deployments[k8s_name(service)]["spec"]
         (container,) = spec["template"]["spec"]["containers"]
-        assert container["command"] == ["runbus", "serve", service]
+        assert container["command"] == serve_command(service)
         assert {"cpu", "memory"} <= set(container["resources"]["requests"])
         assert {"cpu", "memory"} <= set(container["resources"]["limits"])
         config_map = container["envFrom"][0]["configMapRef"]["name"]
@@ -575,4 +643,5 @@ def test_every_runbus_variable_the_deployment_files_set_is_a_known_setting() -> 
             used |= runbus_variables({item["name"]: item for item in container.get("env", [])})
 
     assert used
-    assert used <= known, sorted(used - known)
+    # RUNBUS_ALLOW_DEV_TOKENS is read (and unset) by deploy/require-tokens.sh, never by runbus.
+    assert used - {"RUNBUS_ALLOW_DEV_TOKENS"} <= known, sorted(used - known)
