@@ -16,7 +16,7 @@ from runbus.messages.runs import RunGet
 from runbus_examples import AGENTS_DIR
 from runbus_gateway.agents import load_agents
 from runbus_gateway.harness.config import HarnessConfig
-from runbus_gateway.harness.guardrails import ErrorMessages
+from runbus_gateway.harness.user_errors import ErrorMessages
 from tests.models import GatedModel
 from tests.stack import SecuredNats, start_stack
 

@@ -7,20 +7,17 @@ import pytest
 from runbus.errors import BadRequest, ModelError, RemoteError, Unavailable
 from runbus.messages import ChatMessage, ReasoningContent, TextContent
 from runbus_gateway.errors import GatewayConfigError
-from runbus_gateway.harness import guardrails
 from runbus_gateway.harness.guardrails import (
     GUARDRAILS,
-    ErrorMessages,
     Guardrail,
     Refusal,
     build_guardrails,
-    build_rewriters,
     check,
     find_pii,
     guardrail,
-    rewrite_final,
-    user_error,
 )
+from runbus_gateway.harness.rewriters import Rewriter, build_rewriters, rewrite_final
+from runbus_gateway.harness.user_errors import ErrorMessages, user_error
 
 
 def said(*texts: str) -> list[ChatMessage]:
@@ -188,7 +185,7 @@ def test_a_disclaimer_is_appended_once_and_reported_as_the_text_to_stream() -> N
 
 
 def test_a_rewriter_that_changes_streamed_text_says_so() -> None:
-    class Upper(guardrails.Rewriter, frozen=True, tag="test_upper"):
+    class Upper(Rewriter, frozen=True, tag="test_upper"):
         def rewrite(self, text: str) -> str:
             return text.upper()
 

@@ -34,7 +34,8 @@ from runbus.messages.compaction import (
 from runbus.messages.history import HistoryCompaction, StoredBatch
 from runbus.messages.sessions import StoredCompaction
 from runbus_compaction.strategies import compact
-from runbus_gateway.checkpoints import Checkpointer, persisted_compaction
+from runbus_gateway.run.checkpoints import Checkpointer
+from runbus_gateway.run.compaction import persisted_compaction
 from runbus_history import core
 from tests.unit.test_compaction_properties import (
     PROPERTY_SETTINGS,

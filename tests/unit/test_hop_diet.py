@@ -22,7 +22,7 @@ from runbus.messages.compaction import (
 from runbus_compaction.core import MessageIndex
 from runbus_gateway.agents import CompactionPolicy
 from runbus_gateway.catalog import ToolCatalogCache
-from runbus_gateway.compaction_gate import PromptSize, may_compact
+from runbus_gateway.run.compaction import PromptSize, may_compact
 
 
 def said(text: str, role: str = "user") -> ChatMessage:

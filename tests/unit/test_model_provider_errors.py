@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from runbus.errors import RemoteError
-from runbus_gateway.harness.guardrails import user_error
+from runbus_gateway.harness.user_errors import user_error
 from runbus_model_router.errors import (
     ContextTooLong,
     ProviderRejected,

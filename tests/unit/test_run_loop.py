@@ -37,7 +37,7 @@ from runbus.messages.sessions import ConcurrencyPolicy, SessionOpened, SessionRe
 from runbus.messages.tools import ApprovalGrant, ApprovalRequest, ToolInvoked
 from runbus_gateway.agents import AgentSpec, CompactionPolicy, MemoryPolicy
 from runbus_gateway.errors import MaxIterationsExceeded, TooManyToolCalls
-from runbus_gateway.loop import RunPorts, execute_run
+from runbus_gateway.run import RunPorts, execute_run
 from tests.helpers import take_time
 
 RUN_ID = "r-1"

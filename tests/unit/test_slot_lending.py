@@ -15,7 +15,7 @@ def waiting_run(slots: Slots) -> LocalRun:
     what these tests look at (`on_waiting` never fails on them)."""
     nothing = cast(Any, None)
     return LocalRun(
-        nothing, nothing, nothing, nothing, nothing,
+        nothing, nothing, nothing, nothing,
         records=nothing, tenants=None, slots=slots, renew_every=1.0,
     )  # fmt: skip
 

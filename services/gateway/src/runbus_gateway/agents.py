@@ -1,5 +1,6 @@
 """Agent definitions: TOML files decoded into frozen Structs at start."""
 
+import functools
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -95,7 +96,12 @@ class CompactionPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 OWN_COMPACTION_KEYS = ("max_tokens", "tokenizer", "persist")
 
 
-class AgentSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class AgentSpec(
+    msgspec.Struct,
+    frozen=True,
+    forbid_unknown_fields=True,
+    dict=True,  # room for the harness built from it (functools.cached_property)
+):
     name: Identifier
     """Name runs address the agent by (`runbus.runs.<name>`)."""
     instructions: str = ""
@@ -127,6 +133,15 @@ class AgentSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         if self.harness.kind == "chat" and not self.model:
             raise ValueError("`model` is required unless harness kind is 'program'")
 
+    @functools.cached_property
+    def runtime(self) -> Harness:
+        """The harness built from `harness`, once per agent: its plug-ins, its program, and a
+        check that the agent lists none of its own tools. `GatewayConfigError` says what is
+        wrong."""
+        harness = Harness.from_config(self.harness)
+        harness.check_tool_names(self.tools)
+        return harness
+
 
 def load_agents(folder: Path | None = None) -> dict[str, AgentSpec]:
     """Every `*.toml` in `folder` (`RUNBUS_AGENTS_DIR`), by name; none without a folder."""
@@ -142,8 +157,8 @@ def load_agents(folder: Path | None = None) -> dict[str, AgentSpec]:
             raise GatewayConfigError(f"agent file {str(file)!r}: {exc}") from None
         try:
             # The table is well-formed; whether its plug-ins and program exist is the
-            # harness's to say (the gateway builds the same harness again at start).
-            Harness.from_config(agent.harness)
+            # harness's to say (built here, once, for every run of the agent).
+            agent.runtime  # noqa: B018
         except GatewayConfigError as exc:
             raise GatewayConfigError(f"agent file {str(file)!r}: {exc} - at `$.harness`") from None
         if agent.name in agents:

@@ -16,13 +16,13 @@ from runbus.errors import InternalError, RunbusError
 from runbus.messages import ErrorInfo, RunCompleted, is_identifier
 from runbus.messages.runs import RunRecord, RunStatus
 from runbus.service import as_runbus_error
+from runbus.tokens import Principal
 
-from .auth import Principal
 from .errors import DeadLettered, RunCancelled
-from .events import RunEvents
-from .harness.guardrails import user_error
 from .harness.runtime import Harness
+from .harness.user_errors import user_error
 from .ports import BusPorts
+from .run.events import RunEvents
 from .runs import RETRYABLE, RunRecords
 
 MAX_ATTEMPTS: Final = 4

@@ -17,9 +17,7 @@ from runbus.messages.runs import RunRecord, RunStatus
 
 from .agents import AgentSpec
 from .errors import RunCancelled
-from .harness.runtime import Harness
-from .loop import execute_run
-from .run_ports import RunPorts
+from .run import RunPorts, execute_run
 from .runs import RunRecords
 from .tenants import TenantSlots
 
@@ -72,7 +70,6 @@ class LocalRun:
         self,
         request: RunRequest,
         agent: AgentSpec,
-        harness: Harness,
         ctx: RunContext,
         record: RunRecord,
         *,
@@ -83,7 +80,6 @@ class LocalRun:
     ) -> None:
         self.request = request
         self.agent = agent
-        self.harness = harness
         self.ctx = ctx
         self.record = record
         self._records = records
@@ -174,7 +170,7 @@ class LocalRun:
         if self.cancelled():
             raise RunCancelled(self.run_id)
         task = asyncio.ensure_future(
-            execute_run(self.request, self.agent, self.ctx, ports, self.harness, self)
+            execute_run(self.request, self.agent, self.ctx, ports, self.on_waiting)
         )
         self._task = task
         try:

@@ -19,9 +19,9 @@ from runbus.consumer import ConsumerSpec, Delivery
 from runbus.errors import UnknownAgent
 from runbus.messages import RunRequest
 from runbus.messages.runs import RUN_REQUEST_DECODER, RunRecord
+from runbus.tokens import Principal, TokenVerifier
 
 from .agents import AgentSpec
-from .auth import Principal, TokenVerifier
 from .bookkeeping import MAX_ATTEMPTS, RunBook
 from .errors import (
     AgentMismatch,
@@ -153,7 +153,6 @@ class RunQueue:
         return LocalRun(
             request,
             agent,
-            a.harnesses[agent.name],
             self._ctx(request, agent, principal),
             _record(request, principal, delivery.attempt),
             records=a.records,

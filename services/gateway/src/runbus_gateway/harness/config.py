@@ -14,7 +14,7 @@ from runbus.modes import Mode
 from runbus.todos import TodoListFormat
 
 from .evaluators import DEFAULT_MAX_LOOP_ITERATIONS
-from .guardrails import ErrorMessages
+from .user_errors import ErrorMessages
 
 Table = dict[str, Any]
 """One plug-in's TOML table: `name` plus its parameters."""

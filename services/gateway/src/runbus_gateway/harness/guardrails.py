@@ -1,6 +1,5 @@
-"""Agent middleware, the outer layer around a whole run: input guardrails that refuse before any
-model call, output rewriters applied to the final answer, and the mapping of a failure to what
-a user may read.
+"""Input guardrails, the outer layer around a whole run: they refuse before any model call.
+(Output rewriters are `rewriters.py`; what a user reads of a failure is `user_errors.py`.)
 
 A guardrail is a small tagged Struct registered by name; an agent lists them as tables:
 
@@ -10,7 +9,6 @@ A guardrail is a small tagged Struct registered by name; an agent lists them as 
       {name = "pii", kinds = ["password", "credit_card"]},
       {name = "max_input_size", max_chars = 4000},
     ]
-    rewriters = [{name = "disclaimer", text = "Prices change; check before you book."}]
 """
 
 import functools
@@ -21,9 +19,7 @@ from typing import Annotated, Any, Final, Literal, get_args
 
 import msgspec
 
-from runbus.errors import RunbusError
-from runbus.messages import ChatMessage, ErrorInfo, TextContent
-from runbus.service import as_runbus_error
+from runbus.messages import ChatMessage
 
 from ._registry import Registry, plugin_name
 
@@ -240,108 +236,3 @@ def check(guardrails: Sequence[Guardrail], inputs: Sequence[ChatMessage]) -> Ref
         if refusal is not None:
             return refusal
     return None
-
-
-# -- output ----------------------------------------------------------------------------------
-
-
-class Rewriter(
-    msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True, tag_field="name"
-):
-    """Changes the final answer's text. Subclasses are registered with `@rewriter`."""
-
-    def rewrite(self, text: str) -> str:
-        raise NotImplementedError
-
-
-REWRITERS: Final = Registry("output rewriter", Rewriter)
-rewriter = REWRITERS.register
-
-
-@rewriter
-class Disclaimer(Rewriter, frozen=True, tag="disclaimer"):
-    """Appends a mandatory text to every final answer (once, also on a resumed run)."""
-
-    text: Annotated[str, msgspec.Meta(min_length=1)]
-    """The disclaimer."""
-    separator: str = "\n\n"
-    """Put between the answer and the disclaimer (not before an empty answer)."""
-
-    def rewrite(self, text: str) -> str:
-        disclaimer = self.text.strip()
-        if text.rstrip().endswith(disclaimer):
-            return text
-        return f"{text}{self.separator}{disclaimer}" if text else disclaimer
-
-
-def build_rewriters(tables: Sequence[Mapping[str, Any]]) -> list[Rewriter]:
-    return REWRITERS.build(tables)
-
-
-def rewrite_final(
-    message: ChatMessage, rewriters: Sequence[Rewriter]
-) -> tuple[ChatMessage, str | None]:
-    """The final assistant message after `rewriters`, and the text appended to it.
-
-    The appended text is what still has to be streamed (as one more text delta with the
-    message's id) for a reader of the deltas to see the same answer; it is "" when nothing
-    changed and None when a rewriter changed text that was already streamed.
-    """
-    original = message.text
-    text = original
-    for one in rewriters:
-        text = one.rewrite(text)
-    if text == original:
-        return message, ""
-    if text.startswith(original):
-        added = text[len(original) :]
-        contents = [*message.contents, TextContent(text=added)]
-        return msgspec.structs.replace(message, contents=contents), added
-    others = [c for c in message.contents if not isinstance(c, TextContent)]
-    return msgspec.structs.replace(message, contents=[TextContent(text=text), *others]), None
-
-
-# -- errors ----------------------------------------------------------------------------------
-
-SAFE_CODES: Final = frozenset(
-    {
-        "bad_request",
-        "unauthenticated",
-        "not_found",
-        "unknown_agent",
-        "session_busy",
-        "cancelled",
-        "max_iterations",
-        "tool_errors",
-        "tool_call_limit",
-        "deadline_exceeded",
-        "dead_lettered",
-        "conflict",
-        "context_too_long",
-    }
-)
-"""Codes whose messages runbus writes for the caller (they name the caller's own input or
-limits); every other failure is shown with a generic message."""
-
-
-class ErrorMessages(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
-    """What a user reads when a run fails, per error code."""
-
-    messages: dict[str, str] = {}
-    """Text per error code (`model_error = "The assistant is busy, try again soon."`)."""
-    default: str = "Something went wrong on our side. Please try again."
-    """Text for any other code that is not in `SAFE_CODES`."""
-
-
-def user_error(exc: BaseException, mapping: ErrorMessages | None = None) -> ErrorInfo:
-    """The error a user is shown for `exc`: its code is kept, its message is replaced unless
-    it is one runbus writes for the caller, and details go only with those. An internal
-    exception's text never gets through."""
-    mapping = mapping or ErrorMessages()
-    error: RunbusError = as_runbus_error(exc)
-    info = error.to_info()
-    if info.code in mapping.messages:
-        return ErrorInfo(code=info.code, message=mapping.messages[info.code])
-    if info.code in SAFE_CODES:
-        return info
-    return ErrorInfo(code=info.code, message=mapping.default)

@@ -23,7 +23,9 @@ from . import evaluators, guardrails, modes, todos
 from .config import HarnessConfig
 from .errors import StateConflict, StateInvalid
 from .programs import ProgramAgent, load_program
+from .rewriters import Rewriter, build_rewriters, rewrite_final
 from .state import SessionState
+from .user_errors import user_error
 
 
 class Harness:
@@ -32,7 +34,7 @@ class Harness:
         config: HarnessConfig,
         *,
         checks: list[guardrails.Guardrail],
-        rewriters: list[guardrails.Rewriter],
+        rewriters: list[Rewriter],
         loop_evaluators: list[evaluators.Evaluator],
         program: ProgramAgent | None,
     ) -> None:
@@ -67,7 +69,7 @@ class Harness:
         return cls(
             config,
             checks=guardrails.build_guardrails(config.guardrails),
-            rewriters=guardrails.build_rewriters(config.rewriters),
+            rewriters=build_rewriters(config.rewriters),
             loop_evaluators=built_evaluators,
             program=(
                 load_program(config.program, config.program_options)
@@ -85,11 +87,11 @@ class Harness:
     def rewrite(self, message: ChatMessage) -> tuple[ChatMessage, str | None]:
         """The final assistant message after the output rewriters, and the text appended to it
         (to stream as one more delta; "" for none, None if streamed text was changed)."""
-        return guardrails.rewrite_final(message, self.rewriters)
+        return rewrite_final(message, self.rewriters)
 
     def user_error(self, exc: BaseException) -> ErrorInfo:
         """What the user reads when the run fails with `exc`."""
-        return guardrails.user_error(exc, self.config.errors)
+        return user_error(exc, self.config.errors)
 
     # -- tools, instructions, context -----------------------------------------------------
 

@@ -1,21 +1,12 @@
-"""Where a run stands and how it is saved: progress rebuilt from history on resume, the
-group-committing checkpointer, and what history stores of a persisted compaction."""
+"""How a run's messages are saved: the group-committing checkpointer."""
 
 import asyncio
-from dataclasses import dataclass, field
 
 from runbus.headers import RunContext
-from runbus.messages import ChatMessage, FunctionCallContent
-from runbus.messages.compaction import CompactResult
+from runbus.messages import ChatMessage
 from runbus.messages.history import HistoryCompaction
 
-from .run_ports import RunPorts
-
-
-def message_id(run_id: str, part: str) -> str:
-    """Id of a message a run makes: `<run_id>:<part>`. The colon cannot occur in a run id, so
-    a run's own messages are found in history by prefix without matching another run's."""
-    return f"{run_id}:{part}"
+from .ports import RunPorts
 
 
 class Checkpointer:
@@ -108,40 +99,3 @@ class Checkpointer:
             history_end=self.history_end,
             incarnation=self.incarnation,
         )
-
-
-@dataclass
-class Progress:
-    """Where a run stands: what it produced so far (also what a resumed run finds)."""
-
-    step: int = 0
-    response: list[ChatMessage] = field(default_factory=list)
-    pending_calls: list[FunctionCallContent] = field(default_factory=list)
-    finished: bool = False
-    final_text: str | None = None
-    """Set when the run ends on something other than an assistant answer (a terminate)."""
-
-    @classmethod
-    def from_history(cls, run_id: str, mine: list[ChatMessage]) -> "Progress":
-        """Rebuild progress from this run's checkpointed messages (a redelivered run)."""
-        progress = cls(response=[m for m in mine if m.role in ("assistant", "tool")])
-        progress.step = sum(1 for m in progress.response if m.role == "assistant")
-        if progress.response and progress.response[-1].role == "assistant":
-            last = progress.response[-1]
-            progress.pending_calls = last.function_calls
-            progress.finished = not last.function_calls
-        return progress
-
-
-def persisted_compaction(result: CompactResult, run_id: str) -> HistoryCompaction | None:
-    """What history stores of a compaction (`persist = true`): the compacted messages minus
-    context-provider ones. None when it excluded a message of this run: a resumed run finds
-    its own messages in history to continue after them, so they are never compacted away."""
-    own = message_id(run_id, "")
-    excluded = result.report.excluded_message_ids
-    if not result.compacted or any(i.startswith(own) for i in excluded):
-        return None
-    return HistoryCompaction(
-        messages=[m for m in result.messages if m.source != "context_provider"],
-        excluded_message_ids=excluded,
-    )

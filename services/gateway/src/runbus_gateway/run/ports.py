@@ -1,5 +1,5 @@
-"""Everything a run does outside itself, as one protocol: the bus adapters (`ports.py`) and
-the unit tests' fakes both implement it."""
+"""Everything a run does outside itself, as one protocol: the bus adapters
+(`runbus_gateway.ports`) and the unit tests' fakes both implement it."""
 
 from collections.abc import Awaitable, Callable
 from typing import Protocol
@@ -19,8 +19,8 @@ from runbus.messages.history import HistoryCompaction
 from runbus.messages.sessions import ConcurrencyPolicy, SessionOpened
 from runbus.messages.tools import ApprovalGrant, ApprovalRequest, ToolInvoked
 
-from .agents import CompactionPolicy, MemoryPolicy
-from .harness.state import StatePort
+from ..agents import CompactionPolicy, MemoryPolicy
+from ..harness.state import StatePort
 
 
 class RunPorts(StatePort, Protocol):
@@ -92,11 +92,3 @@ class RunPorts(StatePort, Protocol):
     async def store_memory(self, ctx: RunContext, texts: list[str]) -> None: ...
 
     async def emit(self, ctx: RunContext, event: RunEvent, *, event_id: str) -> None: ...
-
-
-class RunObserver(Protocol):
-    """Told what a run is doing that its owner's status shows (the gateway's local run)."""
-
-    async def on_waiting(self, waiting: bool) -> None:
-        """A call of the run started (True) or stopped (False) waiting for a person."""
-        ...

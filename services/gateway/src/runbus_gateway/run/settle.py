@@ -1,0 +1,37 @@
+"""Settle: the run's last checkpoint stored with the session's release while the context
+providers finish (the memory store), then its answer as `run.completed`."""
+
+import asyncio
+import contextlib
+
+import msgspec
+
+from runbus.messages import RunCompleted, Usage
+
+from .checkpoints import Checkpointer
+from .start import Run
+from .state import RunState
+
+
+async def settle(run: Run, state: RunState, usage: Usage) -> RunCompleted:
+    """Store and release, then the answer: the response as the caller reads it, and its text
+    (the last message's, or what ended the run)."""
+    # Both finish before a failure of either is reported: the release is never left behind.
+    for outcome in await asyncio.gather(
+        state.checkpoints.close(history_length=state.history_length),
+        *(p.after_run(state) for p in run.providers),
+        return_exceptions=True,
+    ):
+        if isinstance(outcome, BaseException):
+            raise outcome
+    response = [msgspec.structs.replace(m, source="external") for m in state.response]
+    text = state.final_text if state.final_text is not None else response[-1].text
+    return RunCompleted(run_id=state.run_id, response=response, text=text, usage=usage)
+
+
+async def release(checkpoints: Checkpointer, state: RunState | None) -> None:
+    """Whatever stopped the run — even memory or the tool catalogue failing after the session
+    was claimed — what it produced so far is saved and the session released before the
+    failure is reported: the next run on the session finds it free and a valid prefix."""
+    with contextlib.suppress(Exception):
+        await checkpoints.close(history_length=len(state.prompt) if state else None)

@@ -1,0 +1,112 @@
+"""Start: the session opened and claimed, while the context providers and the toolsets get
+ready; then the run's state — a new run's, or where a redelivered one stood."""
+
+import asyncio
+from dataclasses import dataclass
+
+from runbus.errors import RemoteError
+from runbus.headers import RunContext
+from runbus.messages import ChatMessage, TextContent, ToolSpec
+from runbus.messages.sessions import SessionOpened
+
+from ..agents import AgentSpec
+from ..harness.runtime import Harness
+from ..harness.state import SessionState
+from .checkpoints import Checkpointer
+from .context import ContextProvider, HarnessContext, MemoryContext, RunStart
+from .events import RunEvents
+from .ports import RunPorts
+from .state import Context, RunState
+from .tools import Toolsets
+from .toolsets import Approving, CatalogTools, HarnessTools, MemorySearchTool, OnWaiting
+
+
+@dataclass
+class Run:
+    """What one run works with, built once by `start`: its agent and context, the hops it
+    makes, its events, and what it draws on (toolsets, context providers)."""
+
+    agent: AgentSpec
+    harness: Harness
+    ctx: RunContext
+    ports: RunPorts
+    events: RunEvents
+    session: SessionState
+    toolsets: Toolsets
+    tools: list[ToolSpec]
+    """What the toolsets offer the model in this run."""
+    providers: list[ContextProvider]
+
+
+async def start(
+    agent: AgentSpec,
+    ctx: RunContext,
+    ports: RunPorts,
+    events: RunEvents,
+    inputs: list[ChatMessage],
+    checkpoints: Checkpointer,
+    on_waiting: OnWaiting | None,
+) -> tuple[Run, RunState]:
+    """Open the session while the providers give the run's starting context and the toolsets
+    their tools, then load the state: the prompt is the instructions, recalled memory, the
+    history, notices, the input, and whatever this run already produced."""
+    harness = agent.runtime
+    opening = asyncio.ensure_future(_open_session(ports, ctx, agent))
+    session = asyncio.ensure_future(_state_of(ports, ctx, opening))
+    waiting: set[str] = set()
+
+    def approving(toolset: CatalogTools) -> Approving:
+        return Approving(toolset, ports, events, waiting, on_waiting)
+
+    toolsets = Toolsets(
+        [
+            approving(CatalogTools(ports, ctx, agent.tools)),
+            *([approving(MemorySearchTool(ports, ctx))] if agent.memory.offers_tool else []),
+            HarnessTools(harness, session),
+        ],
+        waiting,
+    )
+    providers: list[ContextProvider] = [
+        MemoryContext(ports, ctx, agent.memory),
+        HarnessContext(harness),
+    ]
+    begin = RunStart(inputs=inputs, session=session)
+    opened, bag, contexts, tools = await asyncio.gather(
+        opening,
+        session,
+        asyncio.gather(*(p.before_run(begin) for p in providers)),
+        toolsets.tools(),
+    )
+    run = Run(agent, harness, ctx, ports, events, bag, toolsets, tools, providers)
+    context = Context(
+        recalled=[m for c in contexts for m in c.recalled],
+        notices=[m for c in contexts for m in c.notices],
+    )
+    instructions = ChatMessage(
+        role="system",
+        contents=[TextContent(text=agent.instructions.strip())],
+        message_id="instructions",
+        source="context_provider",
+    )
+    return run, RunState.load(ctx.run_id, opened, inputs, context, instructions, checkpoints)
+
+
+async def _open_session(ports: RunPorts, ctx: RunContext, agent: AgentSpec) -> SessionOpened:
+    """Open and claim the session; with policy `enqueue`, wait while another run holds it."""
+    delay = 0.02
+    while True:
+        try:
+            return await ports.open_session(ctx, agent.concurrency)
+        except RemoteError as exc:
+            if exc.remote_code != "session_busy" or agent.concurrency != "enqueue":
+                raise
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.5)
+
+
+async def _state_of(
+    ports: RunPorts, ctx: RunContext, opening: asyncio.Future[SessionOpened]
+) -> SessionState:
+    """The session's state bag, once it is open: one object for every reader and writer of
+    the run, so their compare-and-set writes go one at a time."""
+    return SessionState(ports, ctx, (await opening).record)

@@ -1,0 +1,146 @@
+"""Steps: the model called on the prompt (compacted, with the instructions and each step's
+context), its tool calls run, until it answers; in loop mode more passes while the harness's
+evaluators ask. A program agent answers instead of the model, under the same contract."""
+
+from datetime import UTC, datetime
+
+import msgspec
+from opentelemetry import trace
+
+from runbus.messages import ChatMessage, TextContent, Usage
+
+from ..errors import MaxIterationsExceeded, ToolErrorLimit, TooManyToolCalls
+from ..harness.evaluators import Continue, feedback_message
+from ..harness.programs import ProgramRun, run_program
+from ..harness.runtime import with_context
+from .compaction import compact_prompt
+from .start import Run
+from .state import Context, RunState, message_id
+from .tools import result_text, run_tools
+
+
+async def run_steps(run: Run, state: RunState) -> Usage:
+    """The model's steps, or the program's answer; the tokens used."""
+    if run.harness.program is not None:
+        return await _program(run, state)
+    usage = Usage()
+    iteration = 1 + sum(1 for m in state.response if ":loop" in m.message_id)
+    while True:
+        usage += await _steps(run, state)
+        if state.final_text is not None or not run.harness.config.loop.enabled:
+            return usage
+        await run.session.refresh()
+        decision = run.harness.next_pass(
+            run.session.bag, iteration=iteration, answer=state.response[-1].text
+        )
+        if not isinstance(decision, Continue):
+            trace.get_current_span().set_attribute("runbus.loop.stop", decision.reason)
+            return usage
+        state.record(feedback_message(decision, message_id(state.run_id, f"loop{iteration}")))
+        state.finished = False
+        iteration += 1
+
+
+async def _steps(run: Run, state: RunState) -> Usage:
+    """Model ↔ tools until the model answers without calls; returns the tokens used."""
+    agent = run.agent
+    usage = Usage()
+    failed_steps = 0
+    calls = state.pending_calls
+    # Calls a resumed run found checkpointed may have been sent before it was resumed.
+    first_send = False
+    while not state.finished:
+        if not calls:
+            if state.step >= agent.max_iterations:
+                raise MaxIterationsExceeded(agent.max_iterations)
+            reply_id = message_id(state.run_id, f"m{state.step}")
+            context = _step_context(run, state)
+            view = await compact_prompt(
+                run.ports, run.events, agent.compaction, state.prompt, state.step, state.checkpoints
+            )
+            view = with_context(view, context.messages)
+            reply = await run.ports.complete(
+                run.ctx, agent.model, view, run.tools, reply_id, agent.model_settings
+            )
+            usage += reply.usage + Usage(cost=reply.cost)
+            message = msgspec.structs.replace(reply.message, message_id=reply_id, source="external")
+            calls = message.function_calls
+            first_send = True
+            if len(calls) > agent.max_tool_calls:
+                # Refused before any runs or is stored: a reply of thousands of calls would
+                # run them all and then not fit in a message.
+                raise TooManyToolCalls(len(calls), agent.max_tool_calls)
+            if not calls:
+                message, appended = run.harness.rewrite(message)
+                if appended:
+                    await run.events.text(reply_id, appended, event_id=f"rewrite-{reply_id}")
+            state.record(message)
+            if not calls:
+                state.finish()
+                break
+        # The calls are saved before any runs: a run resumed after a lost checkpoint would
+        # ask the model again, get new call ids (the executor's idempotency keys) and repeat
+        # side effects. One history round trip per tool step buys exactly-once tools.
+        await state.checkpoints.flush()
+        await run.events.tool_calls(calls)
+        results, terminated = await run_tools(run.toolsets, calls, first_send=first_send)
+        await run.events.tool_results(results)
+        tool_message = ChatMessage(
+            role="tool",
+            contents=list(results),
+            message_id=message_id(state.run_id, f"t{state.step - 1}"),
+            created_at=datetime.now(UTC),
+        )
+        state.record(tool_message, urgent=run.toolsets.urgent(calls))
+        calls = []
+        if terminated is not None:
+            state.finish(result_text(terminated))
+            break
+        failed_steps = failed_steps + 1 if all(r.error is not None for r in results) else 0
+        if failed_steps >= agent.max_consecutive_tool_errors:
+            raise ToolErrorLimit(agent.max_consecutive_tool_errors)
+    return usage
+
+
+def _step_context(run: Run, state: RunState) -> Context:
+    """What the providers add to the next model call. The system message (the agent's
+    instructions and theirs) is written in place: it changes when `mode_set` does."""
+    contexts = [p.before_step(run.session.bag) for p in run.providers]
+    text = run.agent.instructions.strip()
+    for context in contexts:
+        if context.instructions:
+            text += f"\n\n{context.instructions}"
+    state.prompt[0] = msgspec.structs.replace(state.prompt[0], contents=[TextContent(text=text)])
+    return Context(messages=[m for c in contexts for m in c.messages])
+
+
+async def _program(run: Run, state: RunState) -> Usage:
+    """A non-LLM agent answers instead of the model loop, under the same run contract."""
+    if state.finished:
+        return Usage()
+    assert run.harness.program is not None
+    ctx = run.ctx
+    program_run = ProgramRun(
+        run_id=ctx.run_id,
+        session_id=ctx.session_id,
+        agent=run.agent.name,
+        user_id=ctx.prop("user_id"),
+        tenant=ctx.prop("tenant"),
+        inputs=state.inputs,
+        history=state.earlier,
+        state=run.session.bag,
+        context=state.context.recalled,
+    )
+    replies = await run_program(
+        run.harness.program, run.agent.harness.program or "", program_run, run.session
+    )
+    for index, reply in enumerate(replies):
+        reply = msgspec.structs.replace(
+            reply, message_id=message_id(ctx.run_id, f"m{index}"), created_at=datetime.now(UTC)
+        )
+        if index == len(replies) - 1:
+            reply, _ = run.harness.rewrite(reply)
+        await run.events.text(reply.message_id, reply.text, event_id=f"program-{index}")
+        state.record(reply)
+    state.finish()
+    return Usage()

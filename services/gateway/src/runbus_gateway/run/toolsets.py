@@ -1,0 +1,156 @@
+"""Toolsets: where the tools a run may call come from, each behind one shape — the specs it
+offers, whether it handles a name, and a call. The tool executor's catalogue and the
+`memory_search` tool are called over the bus, behind the approval wrapper; the harness's todo
+and mode tools run here. A new tool source is a new `Toolset`, registered in `start`."""
+
+import asyncio
+import re
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Final, Protocol
+
+from runbus.headers import RunContext
+from runbus.messages import FunctionCallContent, ToolSpec
+from runbus.messages.memory import MEMORY_SEARCH_TOOL
+from runbus.messages.tools import ApprovalGrant, ToolInvoked
+
+from ..harness.runtime import Harness
+from ..harness.state import SessionState
+from .events import RunEvents
+from .ports import RunPorts
+
+TOOL_NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
+"""A tool name that is safe in a subject (`runbus.tools.<name>`)."""
+
+OnWaiting = Callable[[bool], Awaitable[None]]
+"""Told when a call of the run starts (True) or stops (False) waiting for a person."""
+
+
+class Toolset(Protocol):
+    urgent: bool
+    """Its results are stored at once: its calls' effects are not recorded by call id."""
+
+    async def tools(self) -> list[ToolSpec]:
+        """The tools it offers the model in this run."""
+        ...
+
+    def handles(self, name: str) -> bool:
+        """Whether a call by that name is its to run."""
+        ...
+
+    async def call(self, call: FunctionCallContent, *, first_send: bool) -> ToolInvoked:
+        """Run one call; `first_send`: this run never sent it before."""
+        ...
+
+
+class BusToolset(Toolset, Protocol):
+    """A toolset whose calls a person may have to approve first (`Approving`)."""
+
+    async def call(
+        self, call: FunctionCallContent, *, first_send: bool, approval: ApprovalGrant | None = None
+    ) -> ToolInvoked: ...
+
+
+class CatalogTools:
+    """The agent's tools the tool executor serves, listed from its (cached) catalogue."""
+
+    urgent = False
+
+    def __init__(self, ports: RunPorts, ctx: RunContext, names: Sequence[str]) -> None:
+        self.ports = ports
+        self.ctx = ctx
+        self.names = list(names)
+
+    async def tools(self) -> list[ToolSpec]:
+        return await self.ports.list_tools(self.ctx, self.names)
+
+    def handles(self, name: str) -> bool:
+        return TOOL_NAME.fullmatch(name) is not None and name in self.names
+
+    async def call(
+        self, call: FunctionCallContent, *, first_send: bool, approval: ApprovalGrant | None = None
+    ) -> ToolInvoked:
+        return await self.ports.invoke_tool(
+            self.ctx, call, approval=approval, first_send=first_send
+        )
+
+
+class MemorySearchTool(CatalogTools):
+    """`memory_search` (memory retrieval `on_demand`), served by the memory service; its scope
+    is fixed by the run's trusted properties, never by the model."""
+
+    def __init__(self, ports: RunPorts, ctx: RunContext) -> None:
+        super().__init__(ports, ctx, [MEMORY_SEARCH_TOOL.name])
+
+    async def tools(self) -> list[ToolSpec]:
+        return [MEMORY_SEARCH_TOOL]
+
+
+class Approving:
+    """Wraps a bus toolset: a call its tool says needs a person's approval is announced, waits
+    for the decision (the run's slot lent out meanwhile, through `on_waiting`) and is sent
+    again with it."""
+
+    def __init__(
+        self,
+        inner: BusToolset,
+        ports: RunPorts,
+        events: RunEvents,
+        waiting: set[str],
+        on_waiting: OnWaiting | None,
+    ) -> None:
+        self.inner = inner
+        self.urgent = inner.urgent
+        self.ports = ports
+        self.events = events
+        self.waiting = waiting
+        """Ids of the run's calls waiting for a person (shared by the run's toolsets)."""
+        self.on_waiting = on_waiting
+
+    async def tools(self) -> list[ToolSpec]:
+        return await self.inner.tools()
+
+    def handles(self, name: str) -> bool:
+        return self.inner.handles(name)
+
+    async def call(self, call: FunctionCallContent, *, first_send: bool) -> ToolInvoked:
+        invoked = await self.inner.call(call, first_send=first_send)
+        if invoked.outcome != "approval_required" or invoked.approval is None:
+            return invoked
+        request = invoked.approval
+
+        async def announce() -> None:
+            await self.events.approval_requested(call.call_id, request)
+
+        self.waiting.add(call.call_id)
+        await self._tell(True)
+        try:
+            grant = await self.ports.await_approval(self.events.ctx, call, request, announce)
+        finally:
+            await self._tell(False)
+            self.waiting.discard(call.call_id)
+        # Asked for approval, the call was not run nor claimed: still a first send.
+        return await self.inner.call(call, first_send=first_send, approval=grant)
+
+    async def _tell(self, waiting: bool) -> None:
+        if self.on_waiting is not None:
+            await self.on_waiting(waiting)
+
+
+class HarnessTools:
+    """The harness's todo and mode tools, run here against the session's state bag."""
+
+    urgent = True
+
+    def __init__(self, harness: Harness, session: asyncio.Future[SessionState]) -> None:
+        self.harness = harness
+        self.session = session
+
+    async def tools(self) -> list[ToolSpec]:
+        return self.harness.tools
+
+    def handles(self, name: str) -> bool:
+        return self.harness.handles(name)
+
+    async def call(self, call: FunctionCallContent, *, first_send: bool) -> ToolInvoked:
+        state = await self.session
+        return ToolInvoked(result=await self.harness.call_tool(state, call), untrusted=False)
