@@ -3,7 +3,7 @@
 import pytest
 
 from runbus.errors import IdleTimeout, RemoteError, Unavailable
-from runbus_gateway.ports import TOOL_RETRY_PAUSES, tool_retry_pause
+from runbus_gateway.tool_calls import TOOL_RETRY_PAUSES, tool_retry_pause
 
 LOST = IdleTimeout("runbus.tools.get_weather.invoke", 30, "RUNBUS_REQUEST_TIMEOUT")
 NATS_SLOW_AT_THE_EXECUTOR = RemoteError("unavailable", "NATS did not answer in time")

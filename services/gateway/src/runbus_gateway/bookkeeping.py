@@ -49,13 +49,15 @@ class RunBook:
     async def failed(
         self,
         delivery: Delivery,
+        agent: str,
         run_id: str,
         principal: Principal | None,
         record: RunRecord | None,
         exc: Exception,
     ) -> None:
         """Retry a retryable failure with backoff while attempts remain; otherwise record it,
-        dead-letter what kept failing, and tell the run's owner with `run.failed`."""
+        dead-letter what kept failing, and tell the run's owner with `run.failed`. `agent` is
+        the one the request was published for."""
         error = as_runbus_error(exc)
         info = error.to_info()
         span = trace.get_current_span()
@@ -70,7 +72,7 @@ class RunBook:
                 reason=error.message,
             )
             if record is not None:
-                shown = self._shown(delivery, error)
+                shown = self._shown(agent, error)
                 with contextlib.suppress(Exception):
                     await self.records.set_status(record, "queued", error=shown)
             await delivery.retry(backoff(delivery.attempt))
@@ -80,9 +82,9 @@ class RunBook:
         else:
             log.info("run_failed", run_id=run_id, code=info.code, reason=error.message)
         if info.code in RETRYABLE or isinstance(error, DeadLettered):
-            await self._dead_letter(delivery, info.code, error.message)
+            await self._dead_letter(delivery, agent, info.code, error.message)
         # The log and the dead letter keep the real message; the user reads the agent's.
-        info = self._shown(delivery, error)
+        info = self._shown(agent, error)
         if record is not None:
             status: RunStatus = "cancelled" if isinstance(error, RunCancelled) else "failed"
             with contextlib.suppress(Exception):
@@ -99,15 +101,14 @@ class RunBook:
         with contextlib.suppress(Exception):
             await self.ports.settle(ctx)
 
-    def _shown(self, delivery: Delivery, error: RunbusError) -> ErrorInfo:
+    def _shown(self, agent: str, error: RunbusError) -> ErrorInfo:
         """The error as the run's owner reads it (event, run record): the agent's
         `[harness] errors` table, and never an internal message (`user_error`)."""
-        harness = self.harnesses.get(delivery.msg.subject.rsplit(".", 1)[-1])
+        harness = self.harnesses.get(agent)
         return harness.user_error(error) if harness is not None else user_error(error)
 
-    async def _dead_letter(self, delivery: Delivery, code: str, message: str) -> None:
+    async def _dead_letter(self, delivery: Delivery, agent: str, code: str, message: str) -> None:
         msg = delivery.msg
-        agent = msg.subject.rsplit(".", 1)[-1]
         headers = delivery.headers
         headers.pop(h.MSG_ID, None)
         headers.pop(h.AUTH, None)  # a credential does not belong in a long-kept stream

@@ -5,15 +5,16 @@ owner's run)."""
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
 import structlog
 
+from runbus.cancels import RunCancels
 from runbus.headers import RunContext
 from runbus.messages import RunCompleted, RunRequest
 from runbus.messages.runs import RunRecord, RunStatus
+from runbus.owners import Owner
 
 from .agents import AgentSpec
 from .errors import RunCancelled
@@ -99,13 +100,13 @@ class LocalRun:
         return self.request.run_id
 
     @property
-    def owner(self) -> tuple[str, str]:
-        return self.record.tenant, self.record.user_id
+    def owner(self) -> Owner:
+        return Owner(self.record.tenant, self.record.user_id)
 
     @property
     def lease_key(self) -> str:
         """Its entry in its tenant's leases: the user too, so no other user's run shares it."""
-        return f"{self.record.user_id}.{self.run_id}"
+        return self.owner.user_key(self.run_id)
 
     def cancelled(self) -> bool:
         """Its owner cancelled it (a method: the answer changes while the run awaits)."""
@@ -219,24 +220,14 @@ class LocalRun:
 
 
 class LocalRuns:
-    """The runs this replica holds, by run id."""
+    """The runs this replica holds, by owner and run id (`runbus.cancels`)."""
 
     def __init__(self) -> None:
-        self._runs: dict[str, LocalRun] = {}
+        self.cancels: RunCancels[LocalRun] = RunCancels()
 
-    @contextlib.contextmanager
-    def holding(self, run: LocalRun) -> Iterator[None]:
-        self._runs[run.run_id] = run
-        try:
-            yield
-        finally:
-            if self._runs.get(run.run_id) is run:
-                del self._runs[run.run_id]
+    def holding(self, run: LocalRun) -> contextlib.AbstractContextManager[LocalRun]:
+        return self.cancels.holding(run.owner, run.run_id, run)
 
     def cancel(self, tenant: str, user_id: str, run_id: str) -> bool:
         """Cancel the run of that owner with that id, if this replica holds it."""
-        run = self._runs.get(run_id)
-        if run is None or run.owner != (tenant, user_id):
-            return False
-        run.cancel()
-        return True
+        return self.cancels.cancel(Owner(tenant, user_id), run_id) > 0

@@ -122,12 +122,13 @@ class RunQueue:
         """
         a = self.admission
         run_id = delivery.headers.get(h.MSG_ID, "")
+        agent = addressed_agent(delivery)
         principal: Principal | None = None
         run: LocalRun | None = None
         try:
             # Verified first, so even a broken request's failure reaches its own sender.
             principal = a.verifier.verify(delivery.headers.get(h.AUTH))
-            request = admit(delivery)
+            request = admit(delivery, agent)
             run_id = request.run_id
             run = await self._admitted(delivery, request, principal)
             await self._may_run(delivery, run)
@@ -135,7 +136,8 @@ class RunQueue:
                 await run.take_tenant_slot()
                 await self._execute(run)
         except Exception as exc:
-            await a.book.failed(delivery, run_id, principal, run.record if run else None, exc)
+            record = run.record if run else None
+            await a.book.failed(delivery, agent, run_id, principal, record, exc)
         finally:
             if run is not None:
                 await run.release()
@@ -165,7 +167,8 @@ class RunQueue:
         """Not when its owner cancelled it while it waited in the stream for its retry, nor
         when every attempt was cut off."""
         if delivery.attempt > 1:
-            earlier = await self.admission.records.get(*run.owner, run.run_id)
+            owner = run.owner
+            earlier = await self.admission.records.get(owner.tenant, owner.user_id, run.run_id)
             if earlier is not None and earlier.status == "cancelled":
                 raise RunCancelled(run.run_id)
         if delivery.attempt > MAX_ATTEMPTS:
@@ -221,17 +224,21 @@ class RunQueue:
         )
 
 
-def admit(delivery: Delivery) -> RunRequest:
-    """The request, if its body decodes, names the subject's agent and is deduped by its run
+def addressed_agent(delivery: Delivery) -> str:
+    """The agent a run request was published for (`runbus.runs.<agent>`)."""
+    return delivery.msg.subject.rsplit(".", 1)[-1]
+
+
+def admit(delivery: Delivery, agent: str) -> RunRequest:
+    """The request, if its body decodes, names the subject's `agent` and is deduped by its run
     id (`Nats-Msg-Id` = `run_id`); `bad_request` otherwise, in one attempt."""
     msg = delivery.msg
     try:
         request = RUN_REQUEST_DECODER.decode(msg.data)
     except UnicodeDecodeError as exc:
         raise UndecodableRequest(str(exc)) from None
-    subject_agent = msg.subject.rsplit(".", 1)[-1]
-    if subject_agent != request.agent:
-        raise AgentMismatch(subject_agent, request.agent)
+    if agent != request.agent:
+        raise AgentMismatch(agent, request.agent)
     msg_id = delivery.headers.get(h.MSG_ID, "")
     if msg_id != request.run_id:
         raise DedupeKeyMismatch(msg_id, request.run_id)

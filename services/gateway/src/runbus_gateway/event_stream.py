@@ -1,0 +1,83 @@
+"""A run's events into the events stream: each published without waiting for its ack, the acks
+awaited once before the run request is acked (`settle`), an unconfirmed event published again
+under its own `Nats-Msg-Id`."""
+
+import asyncio
+from collections import defaultdict
+from typing import NamedTuple
+
+import nats.errors
+from nats.js.api import PubAck
+
+from runbus import subjects
+from runbus.bus import Bus
+from runbus.errors import Unavailable
+from runbus.headers import MSG_ID, RunContext
+from runbus.messages import RunEvent, encode
+from runbus.owners import Owner
+from runbus.telemetry import inject
+
+
+class EventStream:
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
+        self._unsettled: dict[str, list[_Published]] = defaultdict(list)
+        """Events published and not yet confirmed, by owner's run (`Owner.key(run_id)`)."""
+
+    async def emit(self, ctx: RunContext, event: RunEvent, *, event_id: str) -> None:
+        """Publish a run event into the events stream without waiting for its ack.
+
+        `Nats-Msg-Id` = `<tenant>.<user_id>.<run_id>:<event_id>`, so a resumed run that emits
+        an event again is stored once, and no other owner's event can be taken for it;
+        `settle()` waits for the acks before the run request is acked.
+        """
+        run = Owner.of(ctx).key(ctx.run_id)
+        headers = ctx.to_headers()
+        headers[MSG_ID] = f"{run}:{event_id}"
+        inject(headers)
+        subject = subjects.events(ctx.prop("tenant"), ctx.prop("user_id"), ctx.run_id)
+        data = encode(event)
+        ack = await self.bus.stream_publish_async(subject, data, headers)
+        self._unsettled[run].append(_Published(subject, data, headers, ack))
+
+    async def settle(self, ctx: RunContext) -> None:
+        """Wait until every event of the run is stored in the events stream.
+
+        An ack lost with a NATS node never resolves, so the wait is bounded; what is still
+        unconfirmed then is published once more under its own `Nats-Msg-Id` (the stream keeps
+        one copy) and waited on. Only if that fails too is the run `Unavailable`: delivered
+        again, it publishes its events under the same ids.
+        """
+        published = self._unsettled.pop(Owner.of(ctx).key(ctx.run_id), [])
+        if not published:
+            return
+        limit = self.bus.request_timeout
+        _, lost = await asyncio.wait([p.ack for p in published], timeout=limit)
+        for ack in lost:
+            ack.cancel()  # never resolves now: nobody is left to wait on it
+        unconfirmed = [p for p in published if not _stored(p.ack)]
+        if not unconfirmed:
+            return
+        try:
+            async with asyncio.timeout(limit):
+                for p in unconfirmed:
+                    await self.bus.stream_publish(p.subject, p.data, p.headers)
+        except (TimeoutError, nats.errors.Error) as exc:
+            raise Unavailable(
+                f"the events stream did not confirm {len(unconfirmed)} event(s) of run "
+                f"{ctx.run_id!r} within {2 * limit:.0f}s ({type(exc).__name__})"
+            ) from None
+
+
+class _Published(NamedTuple):
+    """An event sent to the stream whose ack `settle` has yet to see."""
+
+    subject: str
+    data: bytes
+    headers: dict[str, str]
+    ack: asyncio.Future[PubAck]
+
+
+def _stored(ack: asyncio.Future[PubAck]) -> bool:
+    """The stream confirmed it (not cancelled, not failed)."""
+    return not ack.cancelled() and ack.exception() is None
