@@ -13,20 +13,28 @@ approval = "always"                     # never | always | default (the tool's o
 timeout = 5.0
 tenants = ["acme"]                      # only these tenants see and may call it
 agents = ["travel"]
+
+[[mcp_servers]]                         # tools of MCP servers (docs/services/mcp.md)
+name = "time"                           # tools are served as `time__<tool>`
+command = "mcp-server-time"             # stdio: each replica spawns and supervises it
+args = ["--local-timezone", "UTC"]
 ```
 """
 
 import importlib
 import tomllib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 
 from .errors import ToolConfigError
+from .mcp_servers import MCP_SEPARATOR, McpServerConfig
 from .middleware import DEFAULT_APPROVAL_TTL, Middleware
 from .registry import Tool
+
+T = TypeVar("T", bound=Tool)
 
 
 class ToolOverride(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -41,6 +49,7 @@ class ConfigFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     approval_ttl: Annotated[float, msgspec.Meta(gt=0)] = DEFAULT_APPROVAL_TTL
     middleware: list[dict[str, Any]] | None = None
     tools: dict[str, ToolOverride] = {}
+    mcp_servers: list[McpServerConfig] = []
 
 
 @dataclass(frozen=True)
@@ -51,25 +60,32 @@ class Deployment:
     """The chain, or None to use the chain the tool packages recommend."""
     overrides: dict[str, ToolOverride] | None = None
     approval_ttl: float = DEFAULT_APPROVAL_TTL
+    mcp_servers: list[McpServerConfig] = field(default_factory=list)
+    """MCP servers whose tools this deployment serves besides its Python ones."""
 
     def apply(self, tools: dict[str, Tool]) -> dict[str, Tool]:
-        """The tools with this deployment's overrides; naming a tool not served is an error."""
+        """The tools with this deployment's overrides; naming a tool not served is an error
+        (an MCP server's tools are known only once it answers, so those are overridden then)."""
         overrides = self.overrides or {}
-        unknown = sorted(set(overrides) - set(tools))
+        prefixes = tuple(f"{server.name}{MCP_SEPARATOR}" for server in self.mcp_servers)
+        unknown = sorted(n for n in set(overrides) - set(tools) if not n.startswith(prefixes))
         if unknown:
             raise ToolConfigError("tools", f"names tools this deployment does not serve: {unknown}")
-        result = dict(tools)
-        for name, override in overrides.items():
-            tool = result[name]
-            result[name] = replace(
-                tool,
-                approval=tool.approval if override.approval == "default" else override.approval,
-                timeout=override.timeout or tool.timeout,
-                tenants=tool.tenants if override.tenants is None else frozenset(override.tenants),
-                agents=tool.agents if override.agents is None else frozenset(override.agents),
-                max_result_bytes=override.max_result_bytes or tool.max_result_bytes,
-            )
-        return result
+        return {name: self.override(tool) for name, tool in tools.items()}
+
+    def override(self, tool: T) -> T:
+        """`tool` with this deployment's override of its name, if any."""
+        override = (self.overrides or {}).get(tool.name)
+        if override is None:
+            return tool
+        return replace(
+            tool,
+            approval=tool.approval if override.approval == "default" else override.approval,
+            timeout=override.timeout or tool.timeout,
+            tenants=tool.tenants if override.tenants is None else frozenset(override.tenants),
+            agents=tool.agents if override.agents is None else frozenset(override.agents),
+            max_result_bytes=override.max_result_bytes or tool.max_result_bytes,
+        )
 
 
 def load_deployment(path: Path) -> Deployment:
@@ -83,8 +99,14 @@ def load_deployment(path: Path) -> Deployment:
     middleware = None
     if config.middleware is not None:
         middleware = [_middleware(source, i, entry) for i, entry in enumerate(config.middleware)]
+    names = [server.name for server in config.mcp_servers]
+    if len(set(names)) != len(names):
+        raise ToolConfigError(source, f"mcp_servers: each name once, not {names}")
     return Deployment(
-        middleware=middleware, overrides=dict(config.tools), approval_ttl=config.approval_ttl
+        middleware=middleware,
+        overrides=dict(config.tools),
+        approval_ttl=config.approval_ttl,
+        mcp_servers=list(config.mcp_servers),
     )
 
 

@@ -1,6 +1,6 @@
 """Errors of the tool executor. Tool failures reach the model as results, not as these."""
 
-from runbus.errors import BadRequest, NotFound, RunbusError
+from runbus.errors import BadRequest, NotFound, RunbusError, Unavailable
 
 
 class ToolDefinitionError(RunbusError):
@@ -30,3 +30,17 @@ class InvalidArguments(BadRequest):
     """Arguments broke the tool's schema or escaped the tool root; becomes an error result."""
 
     code = "invalid_arguments"
+
+
+class McpCallFailed(Unavailable):
+    """An MCP server could not answer a tool call: not connected, the connection dropped, or
+    it answered with something that is not MCP. Becomes an error result the model reads."""
+
+    def __init__(self, server: str, problem: str) -> None:
+        super().__init__(f"MCP server {server!r} {problem}")
+        self.server = server
+        self.problem = problem
+
+
+class McpToolError(RunbusError):
+    """The MCP tool ran and reported an error (`isError`); its text is the result's error."""

@@ -14,7 +14,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from opentelemetry.sdk.trace import TracerProvider
 
-from runbus import ops, subjects
+from runbus import blobs, ops, subjects
 from runbus.bus import heartbeats
 from runbus.cancels import parse_cancel
 from runbus.errors import BadRequest
@@ -27,6 +27,7 @@ from .catalog import REFRESH_EVERY, CatalogStore, entry_for, select
 from .config import Deployment, load_deployment
 from .errors import ToolDefinitionError, UnknownTool
 from .executor import Executor
+from .mcp_tools import McpTool, McpToolSource
 from .middleware import Middleware
 from .registry import Tool, ToolRegistry
 from .store import open_stores
@@ -83,6 +84,16 @@ class ToolExecutorService(Service):
             replica=f"{socket.gethostname()}:{os.getpid()}:{id(self):x}",
             tracer=self.tracer,
         )
+        self.deployment = deployment
+        self.mcp = McpToolSource(
+            deployment.mcp_servers,
+            self._mcp_tools_changed,
+            store_blob=lambda data, media_type: blobs.put(nc, data, media_type),
+        )
+        self._listening: set[str] | None = None
+        """Tools with an endpoint on this replica, once it listens (an MCP tool's endpoint is
+        added when the tool appears)."""
+        self._listen_lock = asyncio.Lock()
         self.catalog: CatalogStore | None = None
         self._cancels: Subscription | None = None
         self._refresh: asyncio.Task[None] | None = None
@@ -110,6 +121,11 @@ class ToolExecutorService(Service):
         await catalog.publish(entry_for(t) for t in self.tools.values())
         self._refresh = asyncio.ensure_future(self._keep_catalog_fresh(catalog))
         self._cancels = await self.nc.subscribe(subjects.CANCEL_ALL, cb=self.on_cancel)
+        await self.mcp.start()
+
+    async def start(self) -> None:
+        await super().start()
+        await self._listen_to_new_tools()
 
     async def stop(self) -> None:
         if self._cancels is not None:
@@ -125,10 +141,14 @@ class ToolExecutorService(Service):
 
     async def on_stop(self) -> None:
         await self.executor.finish_started()
+        await self.mcp.stop()
 
     def endpoints(self) -> list[Endpoint]:
+        if self._listening is None:
+            self._listening = set(self.tools)
         invoke = [
-            Endpoint.for_op(ops.TOOL_INVOKE.at(name), self._invoker(name)) for name in self.tools
+            Endpoint.for_op(ops.TOOL_INVOKE.at(name), self._invoker(name))
+            for name in sorted(self._listening)
         ]
         return [Endpoint.for_op(ops.TOOLS_LIST, self.on_list), *invoke]
 
@@ -155,6 +175,37 @@ class ToolExecutorService(Service):
     async def on_cancel(self, msg: Msg) -> None:
         if (named := parse_cancel(msg.subject)) is not None:
             self.executor.cancel_run(*named)
+
+    async def _mcp_tools_changed(self, server: str, tools: dict[str, McpTool]) -> None:
+        """A server's tools as it lists them now replace the ones it listed before."""
+        for name, tool in list(self.tools.items()):
+            if isinstance(tool, McpTool) and tool.server == server and name not in tools:
+                del self.tools[name]
+        fresh = {name: self.deployment.override(tool) for name, tool in tools.items()}
+        self.tools.update(fresh)
+        if self.catalog is not None:
+            try:
+                await self.catalog.publish(entry_for(t) for t in fresh.values())
+            except Exception:
+                self.log.warning("tool_catalog_publish_failed", server=server, exc_info=True)
+        if self._listening is not None:
+            await self._listen_to_new_tools()
+
+    async def _listen_to_new_tools(self) -> None:
+        """An endpoint for each tool that appeared since the service started; a tool that
+        went away keeps its endpoint, which answers that no such tool is served."""
+        async with self._listen_lock:
+            assert self._listening is not None
+            for name in sorted(set(self.tools) - self._listening):
+                endpoint = Endpoint.for_op(ops.TOOL_INVOKE.at(name), self._invoker(name))
+                assert self._micro is not None
+                await self._micro.add_endpoint(
+                    name=endpoint.name,
+                    subject=endpoint.subject,
+                    handler=self._dispatcher(endpoint),
+                )
+                self._listening.add(name)
+            await self.nc.flush()
 
     def _invoker(self, name: str) -> Callable[[RunContext, ToolInvoke], Awaitable[ToolInvoked]]:
         async def invoke(ctx: RunContext, request: ToolInvoke) -> ToolInvoked:

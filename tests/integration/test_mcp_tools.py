@@ -1,0 +1,335 @@
+"""MCP servers as tool sources, on a real nats-server: the real `mcp-server-time` and
+`mcp-server-git` over stdio, and a misbehaving server (`rogue_mcp_server.py`) that crashes,
+hangs, answers garbage and changes its tool list."""
+
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+from nats.aio.client import Client as NATS
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from runbus.headers import RunContext
+from runbus.service import ServiceOptions
+from runbus.telemetry import create_tracer_provider
+from runbus_examples.scripted import ScriptedCall, ScriptedReply
+from runbus_gateway.agents import AgentSpec
+from runbus_tool_executor.config import Deployment, ToolOverride
+from runbus_tool_executor.mcp_servers import McpServerConfig
+from runbus_tool_executor.service import ToolExecutorService
+from tests.helpers import eventually, publish_and_collect, raw_request
+from tests.integration.test_tool_executor_bus import ALICE, invoke, listed
+from tests.stack import SecuredNats, start_stack
+
+BIN = Path(sys.executable).parent
+ROGUE = Path(__file__).with_name("rogue_mcp_server.py")
+CAROL = RunContext(run_id="r-c", agent="travel", props={"user_id": "carol", "tenant": "globex"})
+
+Start = Callable[..., Awaitable[ToolExecutorService]]
+
+
+@pytest.fixture
+async def start(nats_server: SecuredNats, spans: InMemorySpanExporter) -> AsyncIterator[Start]:
+    """Start a tool_executor replica serving the given MCP servers; stopped after the test."""
+    async with AsyncExitStack() as stack:
+
+        async def start_replica(
+            *servers: McpServerConfig, overrides: dict[str, ToolOverride] | None = None
+        ) -> ToolExecutorService:
+            nc = await nats.connect(nats_server.url)
+            stack.push_async_callback(nc.drain)
+            provider = create_tracer_provider(
+                "tool_executor", processors=[SimpleSpanProcessor(spans)]
+            )
+            service = ToolExecutorService(
+                nc,
+                [],
+                deployment=Deployment(mcp_servers=list(servers), overrides=overrides),
+                options=ServiceOptions(tracer_provider=provider),
+            )
+            await service.start()
+            stack.push_async_callback(service.stop)
+            return service
+
+        yield start_replica
+
+
+@pytest.fixture
+def rogue_log(tmp_path: Path) -> Path:
+    return tmp_path / "rogue.log"
+
+
+def rogue(log: Path, **options: Any) -> McpServerConfig:
+    env = {"ROGUE_LOG": str(log), **options.pop("env", {})}
+    return McpServerConfig(
+        name="rogue", command=sys.executable, args=[str(ROGUE)], env=env, **options
+    )
+
+
+def time_server(**options: Any) -> McpServerConfig:
+    return McpServerConfig(
+        name="time",
+        command=str(BIN / "mcp-server-time"),
+        args=["--local-timezone", "UTC"],
+        **options,
+    )
+
+
+@pytest.fixture
+def repository(tmp_path: Path) -> Path:
+    """A git repository with one commit."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.name=Ada", "-c", "user.email=ada@example.com"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (repo / "notes.txt").write_text("hello\n")
+    subprocess.run([*git, "add", "notes.txt"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "Add the first notes"], check=True)
+    return repo
+
+
+async def test_mcp_tools_are_listed_namespaced_with_their_schemas_and_answer_for_real(
+    start: Start, nc: NATS, repository: Path
+) -> None:
+    git = McpServerConfig(
+        name="git", command=str(BIN / "mcp-server-git"), args=["--repository", str(repository)]
+    )
+    await start(time_server(), git)
+
+    schemas = await listed(nc, None)
+    now = await invoke(nc, "time__get_current_time", {"timezone": "Europe/Paris"})
+    history = await invoke(nc, "git__git_log", {"repo_path": str(repository)}, call_id="c-log")
+
+    assert schemas["time__get_current_time"]["required"] == ["timezone"]
+    assert schemas["time__get_current_time"]["properties"]["timezone"]["type"] == "string"
+    assert "repo_path" in schemas["git__git_log"]["properties"]
+    assert "git__git_commit" in schemas
+    assert now.result.error is None
+    assert now.result.result["timezone"] == "Europe/Paris"
+    assert now.result.result["datetime"].endswith(("+01:00", "+02:00"))
+    assert history.result.error is None
+    assert "Add the first notes" in history.result.result
+
+
+async def test_the_call_span_carries_the_gen_ai_and_mcp_attributes(
+    start: Start, nc: NATS, spans: InMemorySpanExporter
+) -> None:
+    await start(time_server())
+
+    await invoke(nc, "time__get_current_time", {"timezone": "UTC"})
+
+    span = next(s for s in spans.get_finished_spans() if s.name.startswith("execute_tool"))
+    attributes = dict(span.attributes or {})
+    assert span.name == "execute_tool time__get_current_time"
+    assert attributes["gen_ai.operation.name"] == "execute_tool"
+    assert attributes["gen_ai.tool.name"] == "time__get_current_time"
+    assert attributes["mcp.method.name"] == "tools/call"
+    assert attributes["runbus.mcp.server"] == "time"
+    assert attributes["runbus.mcp.tool"] == "get_current_time"
+    assert attributes["runbus.tool.side_effect"] is False
+
+
+async def test_a_server_that_exits_mid_call_gives_an_error_result_and_is_restarted(
+    start: Start, nc: NATS, rogue_log: Path
+) -> None:
+    service = await start(rogue(rogue_log))
+
+    crashed = await invoke(nc, "rogue__crash", {}, call_id="c-crash")
+    again = await invoke(nc, "rogue__echo", {"text": "still here"}, call_id="c-echo")
+
+    assert crashed.result.error == (
+        "tool 'rogue__crash' could not run: MCP server 'rogue' closed the connection during "
+        "the call; it is being restarted"
+    )
+    assert again.result.result == "still here"
+    assert service.mcp.servers["rogue"].restarts == 1
+    assert rogue_log.read_text().count("started") == 2
+
+
+async def test_a_hung_call_times_out_and_the_server_is_told_it_was_cancelled(
+    start: Start, nc: NATS, rogue_log: Path
+) -> None:
+    await start(rogue(rogue_log, timeout=0.5))
+
+    hung = await invoke(nc, "rogue__hang", {})
+
+    assert hung.result.error == "tool 'rogue__hang' timed out after 0.5s."
+    await eventually(lambda: "cancelled" in rogue_log.read_text(), what="notifications/cancelled")
+    assert (await invoke(nc, "rogue__echo", {"text": "ok"}, call_id="c-2")).result.result == "ok"
+
+
+@pytest.mark.parametrize(
+    ("tool", "error"),
+    [
+        ("fail", "the flux capacitor is empty"),
+        (
+            "garbage",
+            "tool 'rogue__garbage' could not run: MCP server 'rogue' answered with something "
+            "that is not an MCP tool result (content: Input should be a valid list)",
+        ),
+    ],
+    ids=["is-error", "not-mcp"],
+)
+async def test_an_error_or_a_non_mcp_answer_is_an_error_result(
+    start: Start, nc: NATS, rogue_log: Path, tool: str, error: str
+) -> None:
+    await start(rogue(rogue_log))
+
+    reply = await invoke(nc, f"rogue__{tool}", {})
+
+    assert reply.outcome == "result"
+    assert reply.result.error == error
+
+
+async def test_an_oversized_result_is_cut_to_the_cap_with_a_note(
+    start: Start, nc: NATS, rogue_log: Path
+) -> None:
+    await start(rogue(rogue_log, max_result_bytes=1024))
+
+    reply = await invoke(nc, "rogue__huge", {})
+
+    text = reply.result.result
+    assert len(text.encode()) <= 1024
+    assert text.startswith("xxx")
+    assert text.endswith("over this tool's 1024 byte cap; ask for less]")
+
+
+async def test_arguments_are_checked_against_the_servers_schema_before_it_is_called(
+    start: Start, nc: NATS, rogue_log: Path
+) -> None:
+    await start(rogue(rogue_log))
+
+    reply = await invoke(nc, "rogue__echo", {"text": 5})
+
+    assert reply.result.error == "invalid arguments: `text`: 5 is not of type 'string'"
+    assert "call echo" not in rogue_log.read_text()
+
+
+async def test_a_tool_with_a_schema_runbus_cannot_use_is_left_out_and_the_rest_served(
+    start: Start, nc: NATS, rogue_log: Path
+) -> None:
+    await start(rogue(rogue_log))
+
+    schemas = await listed(nc, None)
+
+    assert "rogue__oddly" not in schemas
+    assert "rogue__echo" in schemas
+
+
+async def test_a_server_whose_listing_is_not_mcp_serves_nothing_and_the_replica_serves_on(
+    start: Start, nc: NATS, rogue_log: Path
+) -> None:
+    await start(rogue(rogue_log, env={"ROGUE_STRING_SCHEMA": "1"}), time_server())
+
+    schemas = await listed(nc, None)
+
+    assert not any(name.startswith("rogue__") for name in schemas)
+    assert "time__get_current_time" in schemas
+
+
+async def test_a_tool_list_change_is_picked_up_and_the_new_tool_answers(
+    start: Start, nc: NATS, rogue_log: Path
+) -> None:
+    await start(rogue(rogue_log))
+    assert "rogue__grown" not in await listed(nc, None)
+
+    await invoke(nc, "rogue__grow", {})
+
+    async def grown() -> bool:
+        return "rogue__grown" in await listed(nc, None)
+
+    await eventually(grown, what="the new tool in tools.list")
+    reply = await invoke(nc, "rogue__grown", {}, call_id="c-grown")
+    assert reply.result.result == "grown ran"
+
+
+async def test_another_tenants_run_neither_sees_nor_calls_a_servers_tools(
+    start: Start, nc: NATS, rogue_log: Path
+) -> None:
+    await start(rogue(rogue_log, tenants=["acme"]))
+
+    assert "rogue__echo" in await listed(nc, None, ALICE)
+    assert not any(name.startswith("rogue__") for name in await listed(nc, None, CAROL))
+    refused = await invoke(nc, "rogue__echo", {"text": "hi"}, ctx=CAROL)
+
+    assert refused.result.error == "no tool named 'rogue__echo' is available to this run"
+    assert "call echo" not in rogue_log.read_text()
+
+
+async def test_an_injected_argument_comes_from_the_run_never_from_the_model(
+    start: Start, nc: NATS, rogue_log: Path
+) -> None:
+    await start(rogue(rogue_log, inject={"user": "user_id"}))
+
+    schema = (await listed(nc, ["rogue__whoami"]))["rogue__whoami"]
+    reply = await invoke(nc, "rogue__whoami", {"user": "mallory"})
+
+    assert "user" not in schema["properties"]
+    assert "required" not in schema
+    assert reply.result.result == "user=alice"
+
+
+async def test_a_side_effecting_mcp_call_sent_twice_runs_once(
+    start: Start, nc: NATS, rogue_log: Path
+) -> None:
+    await start(rogue(rogue_log))
+
+    first = await invoke(nc, "rogue__grow", {}, call_id="c-once")
+    second = await invoke(nc, "rogue__grow", {}, call_id="c-once")
+
+    assert first.result == second.result
+    assert second.replayed
+    assert rogue_log.read_text().count("call grow") == 1
+
+
+async def test_a_deployment_override_puts_an_mcp_tool_behind_approval(
+    start: Start, nc: NATS, rogue_log: Path
+) -> None:
+    await start(rogue(rogue_log), overrides={"rogue__echo": ToolOverride(approval="always")})
+
+    reply = await invoke(nc, "rogue__echo", {"text": "hi"})
+
+    assert reply.outcome == "approval_required"
+    assert reply.approval is not None
+    assert reply.approval.arguments == {"text": "hi"}
+    assert "call echo" not in rogue_log.read_text()
+
+
+async def test_a_run_through_the_gateway_calls_an_mcp_tool_and_reads_its_answer(
+    nats_server: SecuredNats, nc: NATS, tmp_path: Path
+) -> None:
+    agent = AgentSpec(
+        name="travel",
+        instructions="Say what time it is.",
+        model="scripted/clock",
+        tools=["time__get_current_time"],
+        max_iterations=3,
+    )
+    script = [
+        ScriptedReply(tool_calls=[ScriptedCall("time__get_current_time", {"timezone": "UTC"})]),
+        ScriptedReply(text="It is later than you think."),
+    ]
+    async with start_stack(
+        nats_server.url,
+        data_dir=tmp_path / "data",
+        agents={"travel": agent},
+        scripts={"clock": script},
+    ) as stack:
+        await stack.start_service(
+            ToolExecutorService, registries=[], deployment=Deployment(mcp_servers=[time_server()])
+        )
+        events = await publish_and_collect(
+            nc, "r-clock", raw_request("r-clock", "What time is it?"), token="dev-alice"
+        )
+
+    assert events[-1]["type"] == "run.completed", events[-1]
+    (result,) = (e["result"] for e in events if e["type"] == "run.tool_result")
+    assert result.get("error") is None
+    assert result["result"]["timezone"] == "UTC"
+    assert events[-1]["text"] == "It is later than you think."
