@@ -34,7 +34,7 @@ def tool_retry_pause(exc: Exception, tries: int, time_left: float | None) -> flo
     a call the run's deadline leaves no time to try again.
     """
     lost = isinstance(exc, IdleTimeout) or (
-        isinstance(exc, RemoteError) and exc.remote_code == Unavailable.code
+        isinstance(exc, RemoteError) and exc.known_code == Unavailable.code
     )
     if not lost or tries > len(TOOL_RETRY_PAUSES):
         return None

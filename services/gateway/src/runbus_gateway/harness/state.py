@@ -76,7 +76,7 @@ class SessionState:
                 try:
                     record = await self._port.update_state(self._ctx, key, new, self._revision)
                 except RemoteError as exc:
-                    if exc.remote_code != "conflict":
+                    if exc.known_code != "conflict":
                         raise
                     record = await self._port.get_session(self._ctx)
                     self._adopt(record)

@@ -98,7 +98,7 @@ async def _open_session(ports: RunPorts, ctx: RunContext, agent: AgentSpec) -> S
         try:
             return await ports.open_session(ctx, agent.concurrency)
         except RemoteError as exc:
-            if exc.remote_code != "session_busy" or agent.concurrency != "enqueue":
+            if exc.known_code != "session_busy" or agent.concurrency != "enqueue":
                 raise
         await asyncio.sleep(delay)
         delay = min(delay * 2, 0.5)
