@@ -18,10 +18,10 @@ from bench.processes import OPEN_BUS_ALICE, Bench
 from runbus.client import RunbusClient, open_connection
 from runbus.embedded import EmbeddedNats
 from runbus.messages import RunCompleted, RunFailed, RunToolCall
+from runbus.tokens import TokenVerifier
 from runbus_examples.scripted import ScriptedCall, ScriptedReply
 from runbus_examples.travel import tools as travel_tools
 from runbus_gateway.agents import AgentSpec
-from runbus_gateway.auth import TokenVerifier
 from runbus_gateway.service import GatewayService
 
 TOKEN = "dev-alice"

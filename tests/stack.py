@@ -15,6 +15,7 @@ from runbus import busauth, subjects
 from runbus.embedded import EmbeddedNats, EmbeddedNatsCluster
 from runbus.service import DEFAULT_OPTIONS, Service, ServiceOptions
 from runbus.telemetry import create_tracer_provider
+from runbus.tokens import TokenVerifier
 from runbus_auth.service import CREDENTIAL_TTL, AuthService
 from runbus_compaction.service import CompactionService
 from runbus_examples import AGENTS_DIR
@@ -22,7 +23,6 @@ from runbus_examples.models import default_routes
 from runbus_examples.scripted import ScriptedReply
 from runbus_examples.travel import tools as travel_tools
 from runbus_gateway.agents import AgentSpec, load_agents
-from runbus_gateway.auth import TokenVerifier
 from runbus_gateway.service import GatewayService
 from runbus_history.service import HistoryService
 from runbus_memory.edge import EdgeStore

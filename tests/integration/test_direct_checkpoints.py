@@ -32,12 +32,12 @@ from runbus.messages.sessions import (
     SessionGet,
     SessionImport,
 )
+from runbus.tokens import TokenVerifier
 from runbus_examples import AGENTS_DIR
 from runbus_examples.scripted import ScriptedCall, ScriptedReply
 from runbus_gateway import ports as gateway_ports
 from runbus_gateway.agents import load_agents
 from runbus_gateway.approvals import Approvals
-from runbus_gateway.auth import TokenVerifier
 from runbus_gateway.ports import BusPorts
 from runbus_gateway.service import GatewayService
 from runbus_history import store

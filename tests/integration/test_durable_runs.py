@@ -22,9 +22,9 @@ from runbus.messages import (
 )
 from runbus.messages.runs import RunGet, RunList
 from runbus.settings import load_settings
+from runbus.tokens import TokenVerifier
 from runbus_examples import AGENTS_DIR, travel
 from runbus_gateway.agents import load_agents
-from runbus_gateway.auth import TokenVerifier
 from runbus_gateway.service import GatewayService
 from runbus_tool_executor.service import ToolExecutorService
 from tests.helpers import eventually

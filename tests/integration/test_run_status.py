@@ -20,9 +20,9 @@ from runbus.messages.runs import (
     RunList,
     RunStatus,
 )
+from runbus.tokens import TokenVerifier
 from runbus_examples import AGENTS_DIR
 from runbus_gateway.agents import load_agents
-from runbus_gateway.auth import TokenVerifier
 from runbus_gateway.service import GatewayService
 from runbus_gateway.tenants import TenantLimits
 from tests.helpers import approval_requested, eventually

@@ -29,9 +29,9 @@ from runbus.messages.sessions import (
     SessionStateUpdate,
 )
 from runbus.ops import Op
+from runbus.tokens import TokenVerifier
 from runbus_examples import AGENTS_DIR
 from runbus_gateway.agents import AgentSpec, load_agents
-from runbus_gateway.auth import TokenVerifier
 from runbus_gateway.service import GatewayService
 from tests.helpers import eventually, publish_and_collect, raw_request, types
 from tests.models import GatedModel, weather_then_answer

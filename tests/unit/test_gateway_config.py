@@ -5,10 +5,9 @@ from pathlib import Path
 import pytest
 
 from runbus.errors import Unauthenticated
-from runbus.tokens import TokenFileError
+from runbus.tokens import Principal, TokenFileError, TokenVerifier
 from runbus_examples import AGENTS_DIR
 from runbus_gateway.agents import load_agents
-from runbus_gateway.auth import Principal, TokenVerifier
 from runbus_gateway.errors import GatewayConfigError
 
 AGENT = """

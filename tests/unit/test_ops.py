@@ -14,11 +14,11 @@ from runbus import ops, subjects
 from runbus.bus import Bus
 from runbus.messages import ToolInvoke
 from runbus.service import Endpoint, Service
+from runbus.tokens import TokenVerifier
 from runbus_auth.service import AuthService
 from runbus_compaction.service import CompactionService
 from runbus_gateway.api import ClientApi
 from runbus_gateway.approvals import Approvals
-from runbus_gateway.auth import TokenVerifier
 from runbus_gateway.runs import RunRecords
 from runbus_history.service import HistoryService
 from runbus_memory.embedder import HashingEmbedder
