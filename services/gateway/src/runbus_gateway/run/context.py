@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from runbus.headers import RunContext
-from runbus.messages import ChatMessage
+from runbus.messages import ChatMessage, TextContent
 
-from ..agents import MemoryPolicy
+from ..agents import AgentSpec, MemoryPolicy
 from ..harness.runtime import Harness
 from ..harness.state import SessionState
 from ..recall import memorable_statements, recall_message
@@ -42,6 +42,26 @@ class ContextProvider(Protocol):
     async def after_run(self, state: RunState) -> None:
         """The run answered; its final checkpoint is being stored meanwhile."""
         ...
+
+
+def instructions(agent: AgentSpec, contexts: list[Context]) -> ChatMessage:
+    """The system message: the agent's instructions, then what the providers add now (the
+    todo guidance, the current mode's rules). First in the prompt; written again before each
+    step, as `mode_set` changes it."""
+    text = agent.instructions.strip()
+    for context in contexts:
+        if context.instructions:
+            text += f"\n\n{context.instructions}"
+    return ChatMessage(
+        role="system",
+        contents=[TextContent(text=text)],
+        message_id="instructions",
+        source="context_provider",
+    )
+
+
+def before_step(providers: list["ContextProvider"], bag: Mapping[str, Any]) -> list[Context]:
+    return [p.before_step(bag) for p in providers]
 
 
 class MemoryContext:

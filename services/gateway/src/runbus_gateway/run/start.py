@@ -6,14 +6,21 @@ from dataclasses import dataclass
 
 from runbus.errors import RemoteError
 from runbus.headers import RunContext
-from runbus.messages import ChatMessage, TextContent, ToolSpec
+from runbus.messages import ChatMessage, ToolSpec
 from runbus.messages.sessions import SessionOpened
 
 from ..agents import AgentSpec
 from ..harness.runtime import Harness
 from ..harness.state import SessionState
 from .checkpoints import Checkpointer
-from .context import ContextProvider, HarnessContext, MemoryContext, RunStart
+from .context import (
+    ContextProvider,
+    HarnessContext,
+    MemoryContext,
+    RunStart,
+    before_step,
+    instructions,
+)
 from .events import RunEvents
 from .ports import RunPorts
 from .state import Context, RunState
@@ -71,24 +78,19 @@ async def start(
         HarnessContext(harness),
     ]
     begin = RunStart(inputs=inputs, session=session)
-    opened, bag, contexts, tools = await asyncio.gather(
+    opened, state_bag, contexts, tools = await asyncio.gather(
         opening,
         session,
         asyncio.gather(*(p.before_run(begin) for p in providers)),
         toolsets.tools(),
     )
-    run = Run(agent, harness, ctx, ports, events, bag, toolsets, tools, providers)
+    run = Run(agent, harness, ctx, ports, events, state_bag, toolsets, tools, providers)
     context = Context(
         recalled=[m for c in contexts for m in c.recalled],
         notices=[m for c in contexts for m in c.notices],
     )
-    instructions = ChatMessage(
-        role="system",
-        contents=[TextContent(text=agent.instructions.strip())],
-        message_id="instructions",
-        source="context_provider",
-    )
-    return run, RunState.load(ctx.run_id, opened, inputs, context, instructions, checkpoints)
+    system = instructions(agent, before_step(providers, state_bag.bag))
+    return run, RunState.load(ctx.run_id, opened, inputs, context, system, checkpoints)
 
 
 async def _open_session(ports: RunPorts, ctx: RunContext, agent: AgentSpec) -> SessionOpened:

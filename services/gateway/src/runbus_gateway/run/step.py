@@ -7,15 +7,16 @@ from datetime import UTC, datetime
 import msgspec
 from opentelemetry import trace
 
-from runbus.messages import ChatMessage, TextContent, Usage
+from runbus.messages import ChatMessage, Usage
 
 from ..errors import MaxIterationsExceeded, ToolErrorLimit, TooManyToolCalls
 from ..harness.evaluators import Continue, feedback_message
 from ..harness.programs import ProgramRun, run_program
 from ..harness.runtime import with_context
 from .compaction import compact_prompt
+from .context import before_step, instructions
 from .start import Run
-from .state import Context, RunState, message_id
+from .state import RunState, message_id
 from .tools import result_text, run_tools
 
 
@@ -54,11 +55,11 @@ async def _steps(run: Run, state: RunState) -> Usage:
             if state.step >= agent.max_iterations:
                 raise MaxIterationsExceeded(agent.max_iterations)
             reply_id = message_id(state.run_id, f"m{state.step}")
-            context = _step_context(run, state)
+            extra = _step_context(run, state)
             view = await compact_prompt(
                 run.ports, run.events, agent.compaction, state.prompt, state.step, state.checkpoints
             )
-            view = with_context(view, context.messages)
+            view = with_context(view, extra)
             reply = await run.ports.complete(
                 run.ctx, agent.model, view, run.tools, reply_id, agent.model_settings
             )
@@ -102,16 +103,12 @@ async def _steps(run: Run, state: RunState) -> Usage:
     return usage
 
 
-def _step_context(run: Run, state: RunState) -> Context:
-    """What the providers add to the next model call. The system message (the agent's
-    instructions and theirs) is written in place: it changes when `mode_set` does."""
-    contexts = [p.before_step(run.session.bag) for p in run.providers]
-    text = run.agent.instructions.strip()
-    for context in contexts:
-        if context.instructions:
-            text += f"\n\n{context.instructions}"
-    state.prompt[0] = msgspec.structs.replace(state.prompt[0], contents=[TextContent(text=text)])
-    return Context(messages=[m for c in contexts for m in c.messages])
+def _step_context(run: Run, state: RunState) -> list[ChatMessage]:
+    """What the providers add to the next model call: the system message is written again in
+    place (it changes when `mode_set` does), the step's messages are returned."""
+    contexts = before_step(run.providers, run.session.bag)
+    state.prompt[0] = instructions(run.agent, contexts)
+    return [m for c in contexts for m in c.messages]
 
 
 async def _program(run: Run, state: RunState) -> Usage:
