@@ -4,7 +4,7 @@ hangs, answers garbage and changes its tool list."""
 
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ from tests.stack import SecuredNats, start_stack
 
 BIN = Path(sys.executable).parent
 ROGUE = Path(__file__).with_name("rogue_mcp_server.py")
+HTTP_SERVER = Path(__file__).with_name("http_mcp_server.py")
 CAROL = RunContext(run_id="r-c", agent="travel", props={"user_id": "carol", "tenant": "globex"})
 
 Start = Callable[..., Awaitable[ToolExecutorService]]
@@ -115,6 +116,55 @@ async def test_mcp_tools_are_listed_namespaced_with_their_schemas_and_answer_for
     assert now.result.result["datetime"].endswith(("+01:00", "+02:00"))
     assert history.result.error is None
     assert "Add the first notes" in history.result.result
+
+
+@pytest.fixture
+def web_server(tmp_path: Path) -> Iterator[str]:
+    """The URL of a streamable HTTP MCP server that wants the bearer token `s3cret`."""
+    server = subprocess.Popen(
+        [sys.executable, str(HTTP_SERVER)],
+        env={"MCP_TOKEN": "s3cret", "PATH": str(BIN)},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline())
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        server.terminate()
+        server.wait(10)
+        if server.stdout is not None:
+            server.stdout.close()
+
+
+async def test_a_streamable_http_server_is_called_with_the_token_from_its_secret_file(
+    start: Start, nc: NATS, web_server: str, tmp_path: Path, spans: InMemorySpanExporter
+) -> None:
+    secret = tmp_path / "token"
+    secret.write_text("s3cret\n")
+    await start(McpServerConfig(name="web", url=web_server, token_file=str(secret)))
+
+    schemas = await listed(nc, None)
+    reply = await invoke(nc, "web__add", {"a": 2, "b": 3})
+
+    assert schemas["web__add"]["required"] == ["a", "b"]
+    assert reply.result.result == {"result": 5}
+    span = next(s for s in spans.get_finished_spans() if s.name == "execute_tool web__add")
+    assert (span.attributes or {})["mcp.session.id"]
+    assert (span.attributes or {})["network.transport"] == "tcp"
+
+
+async def test_a_server_refusing_the_token_serves_no_tools_and_says_why(
+    start: Start, nc: NATS, web_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WEB_TOKEN", "wrong")
+    service = await start(McpServerConfig(name="web", url=web_server, token_env="WEB_TOKEN"))
+
+    schemas = await listed(nc, None)
+
+    assert not any(name.startswith("web__") for name in schemas)
+    assert "401" in service.mcp.servers["web"].last_error
 
 
 async def test_the_call_span_carries_the_gen_ai_and_mcp_attributes(

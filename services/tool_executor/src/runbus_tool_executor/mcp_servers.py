@@ -114,10 +114,20 @@ class McpServer:
         self._ready = asyncio.Event()
         self._relist = asyncio.Event()
         self._lost = asyncio.Event()
+        self._tried = asyncio.Event()
+        """Set once the first attempt to connect succeeded or failed."""
+        self._refused = ""
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         self._task = asyncio.ensure_future(self._supervise())
+
+    async def wait_tried(self, timeout: float) -> bool:
+        """Wait for the first connection attempt's outcome: ready or not."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self._tried.wait()
+        return self._ready.is_set()
 
     async def wait_ready(self, timeout: float) -> bool:
         with contextlib.suppress(TimeoutError):
@@ -182,12 +192,16 @@ class McpServer:
         backoff = BACKOFF_FIRST
         while True:
             self._lost = asyncio.Event()
+            self._refused = ""
             try:
                 healthy_for = await self._session()
                 reason = "closed the connection"
             except Exception as exc:
                 healthy_for, reason = 0.0, _reason(exc)
                 log.debug("mcp_session_failed", server=self.name, exc_info=exc)
+            if self._refused:
+                reason = f"{reason} ({self._refused})"
+            self._tried.set()
             self._ready.clear()
             self.session = self.session_id = None
             self.last_error = reason
@@ -224,6 +238,7 @@ class McpServer:
                 await self._list(session)
             self.session = session
             self._ready.set()
+            self._tried.set()
             ready_at = time.monotonic()
             log.info(
                 "mcp_server_ready",
@@ -274,6 +289,8 @@ class McpServer:
         async def remember_session(response: httpx2.Response) -> None:
             if found := response.headers.get("mcp-session-id"):
                 self.session_id = found
+            if response.status_code >= 400:
+                self._refused = f"HTTP {response.status_code} from {config.url}"
 
         client.event_hooks["response"].append(remember_session)
         async with streamable_http_client(config.url, http_client=client) as streams:

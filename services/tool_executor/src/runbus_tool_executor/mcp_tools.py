@@ -247,14 +247,16 @@ class McpToolSource:
         self.store_blob = store_blob
 
     async def start(self, wait: bool = True) -> None:
-        """Start every server; with `wait`, until each is ready or past its startup timeout
-        (one that is not goes on being retried in the background)."""
+        """Start every server; with `wait`, until each is ready or its first attempt failed
+        (one that is not ready goes on being retried in the background)."""
         for server in self.servers.values():
             server.start()
         if wait:
             for server in self.servers.values():
-                if not await server.wait_ready(server.config.startup_timeout):
-                    log.warning("mcp_server_not_ready", server=server.name)
+                if not await server.wait_tried(server.config.startup_timeout):
+                    log.warning(
+                        "mcp_server_not_ready", server=server.name, reason=server.last_error
+                    )
 
     async def stop(self) -> None:
         for server in self.servers.values():

@@ -90,7 +90,7 @@ class ToolExecutorService(Service):
             self._mcp_tools_changed,
             store_blob=lambda data, media_type: blobs.put(nc, data, media_type),
         )
-        self._listening: set[str] | None = None
+        self._served: set[str] | None = None
         """Tools with an endpoint on this replica, once it listens (an MCP tool's endpoint is
         added when the tool appears)."""
         self._listen_lock = asyncio.Lock()
@@ -123,8 +123,7 @@ class ToolExecutorService(Service):
         self._cancels = await self.nc.subscribe(subjects.CANCEL_ALL, cb=self.on_cancel)
         await self.mcp.start()
 
-    async def start(self) -> None:
-        await super().start()
+    async def on_listening(self) -> None:
         await self._listen_to_new_tools()
 
     async def stop(self) -> None:
@@ -144,11 +143,11 @@ class ToolExecutorService(Service):
         await self.mcp.stop()
 
     def endpoints(self) -> list[Endpoint]:
-        if self._listening is None:
-            self._listening = set(self.tools)
+        if self._served is None:
+            self._served = set(self.tools)
         invoke = [
             Endpoint.for_op(ops.TOOL_INVOKE.at(name), self._invoker(name))
-            for name in sorted(self._listening)
+            for name in sorted(self._served)
         ]
         return [Endpoint.for_op(ops.TOOLS_LIST, self.on_list), *invoke]
 
@@ -188,23 +187,17 @@ class ToolExecutorService(Service):
                 await self.catalog.publish(entry_for(t) for t in fresh.values())
             except Exception:
                 self.log.warning("tool_catalog_publish_failed", server=server, exc_info=True)
-        if self._listening is not None:
+        if self._served is not None:
             await self._listen_to_new_tools()
 
     async def _listen_to_new_tools(self) -> None:
         """An endpoint for each tool that appeared since the service started; a tool that
         went away keeps its endpoint, which answers that no such tool is served."""
         async with self._listen_lock:
-            assert self._listening is not None
-            for name in sorted(set(self.tools) - self._listening):
-                endpoint = Endpoint.for_op(ops.TOOL_INVOKE.at(name), self._invoker(name))
-                assert self._micro is not None
-                await self._micro.add_endpoint(
-                    name=endpoint.name,
-                    subject=endpoint.subject,
-                    handler=self._dispatcher(endpoint),
-                )
-                self._listening.add(name)
+            assert self._served is not None
+            for name in sorted(set(self.tools) - self._served):
+                await self.listen(Endpoint.for_op(ops.TOOL_INVOKE.at(name), self._invoker(name)))
+                self._served.add(name)
             await self.nc.flush()
 
     def _invoker(self, name: str) -> Callable[[RunContext, ToolInvoke], Awaitable[ToolInvoked]]:
