@@ -4,7 +4,8 @@
 import os
 import socket
 
-from runbus.commands.status import _Ping, summarise
+from runbus.commands.status import summarise
+from runbus.discovery import Ping, join
 from runbus.instance import instance_metadata
 
 
@@ -14,12 +15,12 @@ def test_a_replica_publishes_its_host_and_process_id() -> None:
 
 def test_status_shows_each_replicas_host_and_pid_from_its_metadata() -> None:
     pings = [
-        _Ping(id="a", name="history", metadata={"host": "pod-a", "pid": "7"}),
-        _Ping(id="b", name="history", metadata={"host": "pod-b", "pid": "9"}),
-        _Ping(id="c", name="history"),
+        Ping(id="a", name="history", metadata={"host": "pod-a", "pid": "7"}),
+        Ping(id="b", name="history", metadata={"host": "pod-b", "pid": "9"}),
+        Ping(id="c", name="history"),
     ]
 
-    status = summarise("nats://x", pings, [], [])
+    status = summarise("nats://x", join(pings, [], []))
 
     (history,) = [s for s in status.services if s.name == "history"]
     assert [(r.host, r.pid) for r in history.instances] == [

@@ -7,7 +7,8 @@ import asyncio
 import pytest
 from structlog.testing import capture_logs
 
-from runbus.commands.status import _Ping, describe, exit_code, render, summarise, with_progress
+from runbus.commands.status import describe, exit_code, render, summarise, with_progress
+from runbus.discovery import Ping, join
 from runbus.progress import BACKOFF, Progress
 from runbus_model_router.server_health import (
     UP_INTERVAL,
@@ -252,9 +253,9 @@ def test_status_shows_a_degraded_router_as_ready_with_its_reason_and_exits_zero(
 ) -> None:
     watched(router, clock).failed("connection refused")
     replicas = [
-        _Ping(id=f"i-{name}", name=name, version="1") for name in ("model_router", "history")
+        Ping(id=f"i-{name}", name=name, version="1") for name in ("model_router", "history")
     ]
-    status = with_progress(summarise("nats://x", replicas, [], []), [router.snapshot()])
+    status = with_progress(summarise("nats://x", join(replicas, [], [])), [router.snapshot()])
 
     table = render(status)
 
@@ -264,7 +265,10 @@ def test_status_shows_a_degraded_router_as_ready_with_its_reason_and_exits_zero(
     assert f"model_router ({router.instance}) degraded: {DOWN}" in table
     assert describe(router.snapshot()) in table.splitlines()
     everything = [
-        _Ping(id=f"i-{name}", name=name, version="1") for name in {s.name for s in status.services}
+        Ping(id=f"i-{name}", name=name, version="1") for name in {s.name for s in status.services}
     ]
-    assert exit_code(with_progress(summarise("nats://x", everything, [], []), status.degraded)) == 0
+    assert (
+        exit_code(with_progress(summarise("nats://x", join(everything, [], [])), status.degraded))
+        == 0
+    )
     assert exit_code(status) == 1  # services with no replica still fail the check

@@ -22,7 +22,7 @@ import structlog
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from . import busauth, subjects
+from . import busauth, discovery, subjects
 from .embedded import EmbeddedNats
 from .logs import read_lines
 from .messages.progress import SERVICE_PROGRESS_DECODER, ServiceProgress
@@ -153,29 +153,6 @@ def examples_env(environ: Mapping[str, str]) -> dict[str, str]:
         return {}
     found: dict[str, str] = examples.settings_env(environ)
     return found
-
-
-async def _responders(nc: NATS, subject: str, enough: int, wait: float = 0.2) -> int:
-    """How many replicas answer `subject` within `wait` seconds (stops counting at `enough`)."""
-    answered = 0
-    done = asyncio.Event()
-
-    async def count(msg: Msg) -> None:
-        nonlocal answered
-        if msg.headers and msg.headers.get("Status") == "503":
-            return  # the server's "no responders", not a replica
-        answered += 1
-        if answered >= enough:
-            done.set()
-
-    subscription = await nc.subscribe(inbox := nc.new_inbox(), cb=count)
-    try:
-        await nc.publish(subject, b"", reply=inbox)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(done.wait(), wait)
-        return answered
-    finally:
-        await subscription.unsubscribe()
 
 
 class ProcessStack:
@@ -472,7 +449,8 @@ class ProcessStack:
         for service in {replica.service for replica in waiting}:
             everyone = [r for r in self._replicas.values() if r.service == service]
             live = [r for r in everyone if r.process.returncode is None]
-            if await _responders(self._nc, f"$SRV.PING.{service}", len(live)) >= len(live):
+            ready = await discovery.count_ready(self._nc, service, enough=len(live), wait=0.2)
+            if ready >= len(live):
                 for replica in live:
                     replica.state = "ready"
 

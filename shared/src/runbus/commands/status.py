@@ -10,8 +10,7 @@ import contextlib
 import socket
 import sys
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
-from typing import Any, Final
+from typing import Final
 
 import msgspec
 import nats
@@ -19,7 +18,8 @@ import nats.errors
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from .. import busauth, subjects
+from .. import busauth, discovery, subjects
+from ..discovery import EndpointSeen, Instance
 from ..instance import HOST_METADATA, PID_METADATA
 from ..messages.progress import SERVICE_PROGRESS_DECODER, ServiceProgress
 from ..runner import process_credentials, redact_url
@@ -35,46 +35,6 @@ DISCOVERY_WAIT: Final = 0.3
 PING_WAIT: Final = 2.0
 """Seconds `--ping --local` waits at most for the replica it checks (it returns at that
 replica's reply): longer than discovery, so a busy but live replica is not taken for hung."""
-
-
-# What nats.micro replicas answer (io.nats.micro.v1.*_response); unknown fields are ignored.
-
-
-class _Identity(msgspec.Struct, frozen=True):
-    id: str
-    name: str
-    version: str = ""
-    metadata: dict[str, str] | None = None
-
-
-class _Ping(_Identity, frozen=True):
-    pass
-
-
-class _EndpointInfo(msgspec.Struct, frozen=True):
-    name: str
-    subject: str
-    queue_group: str = ""
-
-
-class _Info(_Identity, frozen=True):
-    description: str | None = None
-    endpoints: list[_EndpointInfo] | None = None
-
-
-class _EndpointStats(msgspec.Struct, frozen=True):
-    name: str
-    subject: str
-    queue_group: str = ""
-    num_requests: int = 0
-    num_errors: int = 0
-    processing_time: int = 0
-    data: Any = None
-
-
-class _Stats(_Identity, frozen=True):
-    started: str = ""
-    endpoints: list[_EndpointStats] | None = None
 
 
 # What `runbus status --json` prints.
@@ -94,7 +54,12 @@ class EndpointStatus(msgspec.Struct, frozen=True, kw_only=True):
     total_ms: float
     """Processing time of all those requests in milliseconds."""
     average_ms: float
-    """Average processing time per request in milliseconds (0 with no requests)."""
+    """Average processing time per request in milliseconds (0 with no requests), each
+    measured from the request's arrival to its reply."""
+    last_error: str = ""
+    """The last error a replica answered with (`code: reason`), if any."""
+    group: str = ""
+    """The micro group the endpoint belongs to (`runbus.api`), or "" outside any."""
 
 
 class Replica(msgspec.Struct, frozen=True, kw_only=True):
@@ -239,53 +204,9 @@ async def _connect_once(url: str, credentials: busauth.Credentials | None) -> NA
     )
 
 
-async def collect(nc: NATS, subject: str, wait: float) -> list[bytes]:
-    """Every reply to one request on `subject` that arrives within `wait` seconds."""
-    replies: list[bytes] = []
-
-    async def on_reply(msg: Msg) -> None:
-        # A no-responders status (503, empty body) just means nobody is there.
-        if msg.data:
-            replies.append(msg.data)
-
-    inbox = nc.new_inbox()
-    subscription = await nc.subscribe(inbox, cb=on_reply)
-    try:
-        await nc.publish(subject, b"", reply=inbox)
-        await asyncio.sleep(wait)
-    finally:
-        await subscription.unsubscribe()
-    return replies
-
-
-def _decode_all(replies: Iterable[bytes], decoder: msgspec.json.Decoder[Any]) -> list[Any]:
-    decoded = []
-    for data in replies:
-        try:
-            decoded.append(decoder.decode(data))
-        except msgspec.DecodeError:
-            continue  # not a micro reply; another client shares the subject
-    return decoded
-
-
-_PING_DECODER: Final = msgspec.json.Decoder(_Ping)
-_INFO_DECODER: Final = msgspec.json.Decoder(_Info)
-_STATS_DECODER: Final = msgspec.json.Decoder(_Stats)
-
-
 async def discover(nc: NATS, url: str, *, wait: float = DISCOVERY_WAIT) -> Status:
     """Ask every replica of every service for its ping, info and stats, all at once."""
-    pings, infos, stats = await asyncio.gather(
-        collect(nc, "$SRV.PING", wait),
-        collect(nc, "$SRV.INFO", wait),
-        collect(nc, "$SRV.STATS", wait),
-    )
-    return summarise(
-        url,
-        _decode_all(pings, _PING_DECODER),
-        _decode_all(infos, _INFO_DECODER),
-        _decode_all(stats, _STATS_DECODER),
-    )
+    return summarise(url, await discovery.discover(nc, wait=wait))
 
 
 async def progress_reports(nc: NATS, wait: float) -> list[ServiceProgress]:
@@ -329,11 +250,8 @@ def describe(report: ServiceProgress) -> str:
     return f"{report.service} ({report.instance}) {report.state}: {report.step}"
 
 
-def _is_local(reply: _Ping, host: str, pid: int | None) -> bool:
-    metadata = reply.metadata or {}
-    return metadata.get(HOST_METADATA) == host and (
-        pid is None or metadata.get(PID_METADATA) == str(pid)
-    )
+def _is_local(reply: discovery.Ping, host: str, pid: int | None) -> bool:
+    return reply.host == host and (pid is None or reply.pid == str(pid))
 
 
 async def ping(
@@ -343,79 +261,36 @@ async def ping(
     `wait` seconds — with `local`, the one on this host (and with this `pid`): a hung replica
     fails its own probe even while its siblings answer theirs."""
     host = socket.gethostname()
-    subject = f"$SRV.PING.{service}"
+    subject = discovery.ping_subject(service)
     if not local:
-        ready = _decode_all(await collect(nc, subject, wait), _PING_DECODER)
+        ready = await discovery.pings(nc, service, wait=wait)
         if not ready:
             print(f"{service}: no replica answers {subject}", file=sys.stderr)
             return 1
         print(f"{service}: {len(ready)} replica(s) ready")
         return 0
     where = f" on {host}" + (f" with pid {pid}" if pid is not None else "")
-    if not await _answers(nc, subject, wait, lambda p: _is_local(p, host, pid)):
+    if not await discovery.answers(
+        nc, service, wait=wait, matches=lambda p: _is_local(p, host, pid)
+    ):
         print(f"{service}: no replica{where} answers {subject} within {wait}s", file=sys.stderr)
         return 1
     print(f"{service}: the replica{where} is ready")
     return 0
 
 
-async def _answers(nc: NATS, subject: str, wait: float, matches: Callable[[_Ping], bool]) -> bool:
-    """Whether a reply that `matches` arrives within `wait` seconds (returns at the first)."""
-    found = asyncio.Event()
-
-    async def on_reply(msg: Msg) -> None:
-        for reply in _decode_all([msg.data] if msg.data else [], _PING_DECODER):
-            if matches(reply):
-                found.set()
-
-    inbox = nc.new_inbox()
-    subscription = await nc.subscribe(inbox, cb=on_reply)
-    try:
-        await nc.publish(subject, b"", reply=inbox)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(found.wait(), wait)
-    finally:
-        await subscription.unsubscribe()
-    return found.is_set()
-
-
-def _counted(stats: _EndpointStats, key: str, default: int) -> int:
-    """The service's own count from the endpoint's `data` when it reports one.
-
-    nats.micro counts an error only when a handler raises, and times a request only until the
-    handler returns; a service that answers errors itself and works in a task reports the
-    real numbers in `data`, under the same keys as the stats.
-    """
-    if isinstance(stats.data, dict):
-        value = stats.data.get(key)
-        if isinstance(value, int):
-            return value
-    return default
-
-
-def _endpoint(stats: _EndpointStats) -> EndpointStatus:
-    requests = stats.num_requests
-    total_ms = _counted(stats, "processing_time", stats.processing_time) / 1e6
+def _endpoint(seen: EndpointSeen) -> EndpointStatus:
+    total_ms = seen.processing_ns / 1e6
     return EndpointStatus(
-        name=stats.name,
-        subject=stats.subject,
-        queue_group=stats.queue_group,
-        requests=requests,
-        errors=_counted(stats, "num_errors", stats.num_errors),
+        name=seen.name,
+        subject=seen.subject,
+        queue_group=seen.queue_group,
+        group=seen.group,
+        requests=seen.requests,
+        errors=seen.errors,
         total_ms=round(total_ms, 3),
-        average_ms=round(total_ms / requests, 3) if requests else 0.0,
-    )
-
-
-def _idle(info: _EndpointInfo) -> EndpointStatus:
-    return EndpointStatus(
-        name=info.name,
-        subject=info.subject,
-        queue_group=info.queue_group,
-        requests=0,
-        errors=0,
-        total_ms=0.0,
-        average_ms=0.0,
+        average_ms=round(total_ms / seen.requests, 3) if seen.requests else 0.0,
+        last_error=seen.last_error,
     )
 
 
@@ -428,6 +303,7 @@ def _summed(endpoints: list[EndpointStatus]) -> EndpointStatus:
         errors=sum(e.errors for e in endpoints),
         total_ms=round(total_ms, 3),
         average_ms=round(total_ms / requests, 3) if requests else 0.0,
+        last_error=next((e.last_error for e in endpoints if e.last_error), ""),
     )
 
 
@@ -447,42 +323,23 @@ def _service(name: str, replicas: list[Replica], description: str) -> ServiceSta
     )
 
 
-def summarise(url: str, pings: list[_Ping], infos: list[_Info], stats: list[_Stats]) -> Status:
-    """Join the three kinds of reply by instance id and group the replicas by service."""
-    name_of = {r.id: r.name for r in (*pings, *infos, *stats)}
-    version_of = {r.id: r.version for r in (*pings, *infos, *stats) if r.version}
-    host_of = {
-        r.id: r.metadata[HOST_METADATA]
-        for r in (*pings, *infos, *stats)
-        if r.metadata and HOST_METADATA in r.metadata
-    }
-    pid_of = {
-        r.id: r.metadata[PID_METADATA]
-        for r in (*pings, *infos, *stats)
-        if r.metadata and PID_METADATA in r.metadata
-    }
-    description_of = {i.name: i.description or "" for i in infos}
-    info_of = {i.id: i for i in infos}
-    stats_of = {s.id: s for s in stats}
-    ready = {p.id for p in pings}
-
+def summarise(url: str, instances: list[Instance]) -> Status:
+    """Group the replicas discovery saw by service: the runbus services first (missing ones
+    with none), then any other micro service."""
     replicas: dict[str, list[Replica]] = defaultdict(list)
-    for instance, name in sorted(name_of.items()):
-        own = stats_of.get(instance)
-        info = info_of.get(instance)
-        if own is not None:
-            endpoints = [_endpoint(e) for e in own.endpoints or []]
-        else:  # answered the ping or info in time, not the stats: endpoints without numbers
-            endpoints = [_idle(e) for e in (info.endpoints or [])] if info else []
-        replicas[name].append(
+    description_of: dict[str, str] = {}
+    for instance in instances:
+        if instance.description:
+            description_of[instance.name] = instance.description
+        replicas[instance.name].append(
             Replica(
-                id=instance,
-                version=version_of.get(instance, ""),
-                ready=instance in ready,
-                started=own.started if own else "",
-                host=host_of.get(instance, ""),
-                pid=pid_of.get(instance, ""),
-                endpoints=endpoints,
+                id=instance.id,
+                version=instance.version,
+                ready=instance.ready,
+                started=instance.started,
+                host=instance.host,
+                pid=instance.pid,
+                endpoints=[_endpoint(e) for e in instance.endpoints],
             )
         )
     others = sorted(set(replicas) - set(SERVICES))
