@@ -1,37 +1,53 @@
 """The base of every request/reply service: `nats.micro` endpoints in a queue group named after
-the service, a span and log context per request, and typed error replies that keep it serving.
+the service, a span and log context per request, typed error replies that keep it serving, and
+`$SRV.STATS` measured on the path that does the work.
 """
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Final, TypeVar
 
 import msgspec
 import nats.errors
 import structlog
 from nats.aio.client import Client as NATS
-from nats.micro import add_service
 from nats.micro.request import Request
 from nats.micro.service import Service as MicroService
+from nats.micro.service import ServiceConfig, ServiceStats
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import SpanKind, Status, StatusCode, TracerProvider
+from opentelemetry.trace import SpanKind, TracerProvider
 
-from . import __version__
+from . import __version__, subjects
 from . import headers as h
 from .bus import Bus
-from .errors import BadRequest, DeadlineExceeded, InternalError, RunbusError, Unavailable
+from .discovery import GROUP_METADATA
+from .errors import DeadlineExceeded
+from .failures import as_runbus_error, handle_failure
 from .instance import instance_metadata
 from .messages import ErrorReply, encode
 from .ops import Op, api_op
 from .telemetry import extract, messaging_attributes, start_span
 
+__all__ = [
+    "API_GROUP",
+    "DEFAULT_OPTIONS",
+    "Endpoint",
+    "Service",
+    "ServiceOptions",
+    "as_runbus_error",
+]
+
 Handler = Callable[[h.RunContext, Any], Awaitable[msgspec.Struct | msgspec.Raw]]
 Req = TypeVar("Req", bound=msgspec.Struct)
 Rep = TypeVar("Rep", bound=msgspec.Struct)
 RAW_DECODER: msgspec.json.Decoder[msgspec.Raw] = msgspec.json.Decoder(msgspec.Raw)
+API_GROUP: Final = subjects.API_ALL.removesuffix(".>")
+"""The micro group of the client API endpoints (`runbus.api`): the gateway's own operations
+and the ones it forwards."""
 
 
 @dataclass(frozen=True)
@@ -52,14 +68,18 @@ class Endpoint:
     """The operation it serves (every service endpoint has one)."""
     forwarded: bool = False
     """Takes the body of `op` unread and forwards it (the gateway's client API)."""
+    group: str | None = None
+    """The micro group it belongs to (its subject starts with the group's)."""
 
     @classmethod
     def for_op(
         cls, op: Op[Req, Rep], handler: Callable[[h.RunContext, Req], Awaitable[Rep]]
     ) -> "Endpoint":
         """The endpoint answering `op`: its subject, name, decoder and span name come from it,
-        and the handler's request and reply types must match it."""
-        return cls(op.name, op.subject, op.decode, handler, op.span_subject, op)
+        and the handler's request and reply types must match it. A client API operation's
+        endpoint is in the API group."""
+        group = API_GROUP if op.span_subject == subjects.API_TEMPLATE else None
+        return cls(op.name, op.subject, op.decode, handler, op.span_subject, op, group=group)
 
     @classmethod
     def forwarder(
@@ -70,7 +90,9 @@ class Endpoint:
         """The client API endpoint of a service operation: it answers on the operation's API
         subject and hands the raw body to `handler`, which forwards it to `op`."""
         api = api_op(op)
-        return cls(api.name, api.subject, RAW_DECODER, handler, api.span_subject, op, True)
+        return cls(
+            api.name, api.subject, RAW_DECODER, handler, api.span_subject, op, True, API_GROUP
+        )
 
 
 @dataclass(frozen=True)
@@ -88,27 +110,57 @@ class ServiceOptions:
 DEFAULT_OPTIONS = ServiceOptions()
 
 
-def as_runbus_error(exc: BaseException) -> RunbusError:
-    """The typed error a failure becomes at a handler boundary."""
-    match exc:
-        case RunbusError():
-            return exc
-        case msgspec.ValidationError():
-            return BadRequest(f"invalid request body: {exc}")
-        case msgspec.DecodeError():
-            return BadRequest(f"request body is not valid JSON: {exc}")
-        case nats.errors.TimeoutError():
-            # NATS or JetStream did not answer in time (e.g. during a leader election): worth
-            # another try, unlike the run's own deadline passing.
-            return Unavailable("NATS did not answer in time")
-        case TimeoutError():
-            return DeadlineExceeded("the run's deadline passed while handling the request")
-        case _:
-            return InternalError(f"internal error ({type(exc).__name__}); see the service log")
+RawHandler = Callable[[Request], Awaitable[str | None]]
+"""Answers a request itself and returns the error it answered with (None when it served)."""
+
+
+class _Tally:
+    """One endpoint's `$SRV.STATS` numbers, counted by the task that does the work: from the
+    request's arrival (before it waits for a slot) to its reply being sent."""
+
+    __slots__ = ("errors", "last_error", "processing_ns", "requests")
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.errors = 0
+        self.processing_ns = 0
+        self.last_error = ""
+
+    def record(self, received_ns: int, error: str | None) -> None:
+        self.requests += 1
+        self.processing_ns += time.perf_counter_ns() - received_ns
+        if error is not None:
+            self.errors += 1
+            self.last_error = error
+
+
+class _MicroService(MicroService):
+    """nats.micro's service reporting the tallies of the requests' own tasks: micro times its
+    callback, which returns as soon as the request has a task, and counts an error only when
+    the callback raises, never when an error reply is sent."""
+
+    def __init__(self, nc: NATS, config: ServiceConfig, tallies: dict[str, _Tally]) -> None:
+        super().__init__(nc, config)
+        self._tallies = tallies
+
+    def stats(self) -> ServiceStats:
+        stats = super().stats()
+        for endpoint in stats.endpoints:
+            tally = self._tallies.get(endpoint.subject)
+            if tally is None:
+                continue
+            endpoint.num_requests = tally.requests
+            endpoint.num_errors = tally.errors
+            endpoint.last_error = tally.last_error
+            endpoint.processing_time = tally.processing_ns
+            endpoint.average_processing_time = (
+                tally.processing_ns // tally.requests if tally.requests else 0
+            )
+        return stats
 
 
 class Service:
-    """Base of the six services. Subclasses set `name` and return their `endpoints()`."""
+    """Base of the services. Subclasses set `name` and return their `endpoints()`."""
 
     name: ClassVar[str]
     description: ClassVar[str] = ""
@@ -122,6 +174,7 @@ class Service:
         self.log = structlog.get_logger().bind(service=self.name)
         self._slots = asyncio.Semaphore(options.max_concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
+        self._tallies: dict[str, _Tally] = {}
         self._micro: MicroService | None = None
 
     def endpoints(self) -> list[Endpoint]:
@@ -129,6 +182,10 @@ class Service:
 
     async def on_start(self) -> None:
         """Open stores, create streams: runs before the first endpoint listens."""
+
+    async def on_listening(self) -> None:
+        """Add endpoints that are not `endpoints()` (e.g. with `listen_raw`): runs once the
+        service answers `$SRV`, before `start` returns."""
 
     async def on_draining(self) -> None:
         """Stop taking work that is not a request (e.g. a queue consumer): runs after the
@@ -139,23 +196,55 @@ class Service:
 
     async def start(self) -> None:
         await self.on_start()
-        self._micro = await add_service(
+        self._micro = _MicroService(
             self.nc,
-            name=self.name,
-            version=__version__,
-            description=self.description,
-            queue_group=self.name,
-            metadata=instance_metadata(),
+            ServiceConfig(
+                name=self.name,
+                version=__version__,
+                description=self.description,
+                queue_group=self.name,
+                metadata=instance_metadata(),
+            ),
+            self._tallies,
         )
+        await self._micro.start()
         for endpoint in self.endpoints():
-            await self._micro.add_endpoint(
-                name=endpoint.name, subject=endpoint.subject, handler=self._dispatcher(endpoint)
-            )
+            await self.listen(endpoint)
+        await self.on_listening()
         # nats-py may write a flush's PING ahead of SUBs still buffered; a second round trip
         # makes sure the server has every endpoint before start() returns.
         await self.nc.flush()
         await self.nc.flush()
-        self.log.info("service_started", endpoints=[e.subject for e in self.endpoints()])
+        self.log.info("service_started", endpoints=sorted(self._tallies))
+
+    async def listen(self, endpoint: Endpoint) -> None:
+        """Answer `endpoint` from now on (also after start, e.g. a tool that appeared)."""
+        handler = self._bounded(endpoint.subject, self._server(endpoint))
+        micro = self._listening()
+        if endpoint.group is None:
+            await micro.add_endpoint(name=endpoint.name, subject=endpoint.subject, handler=handler)
+            return
+        prefix = f"{endpoint.group}."
+        if not endpoint.subject.startswith(prefix):
+            raise ValueError(f"{endpoint.subject!r} is not in the group {endpoint.group!r}")
+        await micro.add_group(name=endpoint.group).add_endpoint(
+            name=endpoint.name,
+            subject=endpoint.subject.removeprefix(prefix),
+            handler=handler,
+            metadata={GROUP_METADATA: endpoint.group},
+        )
+
+    async def listen_raw(self, name: str, subject: str, handler: RawHandler) -> None:
+        """Answer `subject` with `handler`, for a body that is not a runbus request (the auth
+        callout's JWT): bounded, drained and counted like every endpoint."""
+        await self._listening().add_endpoint(
+            name=name, subject=subject, handler=self._bounded(subject, handler)
+        )
+
+    def _listening(self) -> MicroService:
+        if self._micro is None:
+            raise RuntimeError(f"the {self.name} service is not started")
+        return self._micro
 
     async def stop(self) -> None:
         """Stop listening, let in-flight requests finish, then close."""
@@ -178,23 +267,51 @@ class Service:
         return task
 
     def _dispatcher(self, endpoint: Endpoint) -> Callable[[Request], Awaitable[None]]:
-        span_name = f"process {endpoint.span_subject or endpoint.subject}"
+        """The micro handler of `endpoint` (prefer `listen`, which also places it in its
+        group)."""
+        return self._bounded(endpoint.subject, self._server(endpoint))
+
+    def _bounded(self, subject: str, serve: RawHandler) -> Callable[[Request], Awaitable[None]]:
+        tally = self._tallies.setdefault(subject, _Tally())
 
         # nats-py runs one subscription's callbacks one after another; a task per request
         # lets a slow request not block the next, and the semaphore bounds how many run.
         async def dispatch(request: Request) -> None:
+            received = time.perf_counter_ns()
             await self._slots.acquire()
-            task = asyncio.get_running_loop().create_task(self._serve(endpoint, span_name, request))
+            task = asyncio.get_running_loop().create_task(
+                self._tallied(serve, request, tally, received)
+            )
             self._tasks.add(task)
             task.add_done_callback(self._request_done)
 
         return dispatch
 
+    async def _tallied(
+        self, serve: RawHandler, request: Request, tally: _Tally, received: int
+    ) -> None:
+        error: str | None = "unanswered"
+        try:
+            error = await serve(request)
+        except Exception:
+            self.log.exception("request_unanswered", subject=request.subject)
+        finally:
+            tally.record(received, error)
+
     def _request_done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
         self._slots.release()
 
-    async def _serve(self, endpoint: Endpoint, span_name: str, request: Request) -> None:
+    def _server(self, endpoint: Endpoint) -> RawHandler:
+        span_name = f"process {endpoint.span_subject or endpoint.subject}"
+
+        async def serve(request: Request) -> str | None:
+            return await self._serve(endpoint, span_name, request)
+
+        return serve
+
+    async def _serve(self, endpoint: Endpoint, span_name: str, request: Request) -> str | None:
+        """Handle one request and reply; the error replied with, if any."""
         headers = request.headers
         ctx = h.RunContext.from_headers(headers)
         span = start_span(
@@ -208,6 +325,7 @@ class Service:
         # context-manager layers shows on every hop.
         span_token = otel_context.attach(trace.set_span_in_context(span))
         log_tokens = structlog.contextvars.bind_contextvars(run_id=ctx.run_id)
+        failure: str | None = None
         try:
             try:
                 body = endpoint.decoder.decode(request.data)
@@ -223,25 +341,18 @@ class Service:
                         reply = await endpoint.handler(ctx, body)
                 data, reply_headers = encode(reply), None
             except Exception as exc:
-                error = as_runbus_error(exc)
-                info = error.to_info()  # a forwarded error's code is the remote one
-                span.set_status(Status(StatusCode.ERROR, error.message))
-                span.set_attribute("error.type", info.code)
-                if isinstance(error, InternalError):
-                    self.log.exception("request_failed", subject=request.subject)
-                else:
-                    self.log.info(
-                        "request_rejected",
-                        subject=request.subject,
-                        code=info.code,
-                        reason=error.message,
-                    )
+                error = handle_failure(
+                    exc, self.log, "request_failed", span=span, subject=request.subject
+                )
+                info = error.to_info()
                 data = encode(ErrorReply(error=info))
                 reply_headers = {h.ERROR: info.code}
+                failure = f"{info.code}: {error.message}"
             try:
                 await request.respond(data, headers=reply_headers)
             except ValueError:
                 self.log.info("request_without_reply_subject", subject=request.subject)
+            return failure
         finally:
             structlog.contextvars.reset_contextvars(**log_tokens)
             otel_context.detach(span_token)

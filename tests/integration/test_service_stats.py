@@ -1,0 +1,164 @@
+"""`$SRV.STATS` and `runbus status` tell what the handlers did: requests, errors and processing
+time measured from a request's arrival to its reply, while requests are still handled
+concurrently and a drain still awaits the ones in flight."""
+
+import asyncio
+import json
+import os
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from nats.aio.client import Client as NATS
+
+from runbus import discovery, ops
+from runbus.errors import Unavailable
+from runbus.headers import RunContext
+from runbus.messages.model import ModelRequest, ModelResponse
+from runbus.service import API_GROUP, Endpoint, Service
+from tests.helpers import eventually
+from tests.stack import SecuredNats
+
+RUNBUS = str(Path(sys.executable).parent / "runbus")
+SLOW: float = 0.3
+
+
+class FailingModel(Service):
+    """A model endpoint whose every call fails after `SLOW` seconds, or waits for `release`
+    when the request asks for the model "held"."""
+
+    name = "model_router"
+
+    def __init__(self, nc: NATS) -> None:
+        super().__init__(nc)
+        self.release = asyncio.Event()
+        self.held = 0
+
+    def endpoints(self) -> list[Endpoint]:
+        return [Endpoint.for_op(ops.MODEL_COMPLETE, self.on_complete)]
+
+    async def on_complete(self, ctx: RunContext, request: ModelRequest) -> ModelResponse:
+        if request.route == "held":
+            self.held += 1
+            await self.release.wait()
+            raise Unavailable("released")
+        await asyncio.sleep(SLOW)
+        raise Unavailable("the provider answered 503")
+
+
+@pytest.fixture
+async def model(nc: NATS) -> AsyncIterator[FailingModel]:
+    service = FailingModel(nc)
+    await service.start()
+    yield service
+    service.release.set()
+    await service.stop()
+
+
+def request(model: str = "any") -> bytes:
+    return msgspec.json.encode(ModelRequest(route=model, messages=[]))
+
+
+async def status_json(nats_server: SecuredNats) -> dict[str, Any]:
+    process = await asyncio.create_subprocess_exec(
+        RUNBUS,
+        "status",
+        "--json",
+        env={
+            **os.environ,
+            "RUNBUS_DATA_DIR": str(nats_server.data_dir),
+            "RUNBUS_NATS_URL": nats_server.client_url,
+        },
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    assert out, err.decode()
+    status: dict[str, Any] = json.loads(out)
+    return status
+
+
+async def test_three_failing_300ms_calls_show_as_three_errors_averaging_300ms_in_status(
+    nats_server: SecuredNats, nc: NATS, model: FailingModel
+) -> None:
+    for _ in range(3):
+        reply = await nc.request(ops.MODEL_COMPLETE.subject, request(), timeout=5)
+        assert reply.headers is not None and "rb-error" in {k.lower() for k in reply.headers}
+
+    status = await status_json(nats_server)
+
+    (service,) = [s for s in status["services"] if s["name"] == "model_router"]
+    (complete,) = [e for e in service["endpoints"] if e["name"] == ops.MODEL_COMPLETE.name]
+    assert complete["requests"] == 3
+    assert complete["errors"] == 3
+    assert complete["average_ms"] >= SLOW * 1000
+    assert complete["last_error"] == "unavailable: the provider answered 503"
+
+
+async def test_a_request_waiting_in_its_handler_does_not_hold_up_the_next(
+    nc: NATS, model: FailingModel
+) -> None:
+    held = asyncio.ensure_future(nc.request(ops.MODEL_COMPLETE.subject, request("held"), timeout=5))
+    await eventually(lambda: model.held == 1)
+
+    reply = await nc.request(ops.MODEL_COMPLETE.subject, request(), timeout=5)
+
+    assert not held.done()
+    assert reply.data
+    model.release.set()
+    await held
+
+
+async def test_stop_awaits_the_request_in_flight_and_counts_it(
+    nc: NATS, model: FailingModel
+) -> None:
+    held = asyncio.ensure_future(nc.request(ops.MODEL_COMPLETE.subject, request("held"), timeout=5))
+    await eventually(lambda: model.held == 1)
+
+    stopping = asyncio.ensure_future(model.stop())
+    await eventually(lambda: model._micro is None, what="stop() stopped listening")
+    assert not stopping.done()
+    model.release.set()
+    await stopping
+
+    reply = await held
+    assert reply.headers is not None
+    assert model._tallies[ops.MODEL_COMPLETE.subject].errors == 1
+
+
+class Api(Service):
+    name = "gateway"
+
+    async def on_get(self, ctx: RunContext, request: Any) -> Any:
+        raise Unavailable("not here")
+
+    async def forward(self, ctx: RunContext, body: msgspec.Raw) -> msgspec.Raw:
+        return body
+
+    def endpoints(self) -> list[Endpoint]:
+        return [
+            Endpoint.for_op(ops.API_RUNS_GET, self.on_get),
+            *(Endpoint.forwarder(op, self.forward) for op in ops.FORWARDED),
+        ]
+
+
+async def test_the_client_api_endpoints_form_one_group_on_unchanged_subjects(
+    nats_server: SecuredNats, nc: NATS
+) -> None:
+    api = Api(nc)
+    await api.start()
+    try:
+        found = await discovery.discover(nc, wait=0.3)
+    finally:
+        await api.stop()
+
+    (gateway,) = [r for r in found if r.name == "gateway"]
+    expected = {
+        ops.API_RUNS_GET.subject,
+        *(ops.api_op(op).subject for op in ops.FORWARDED),
+    }
+    assert {e.subject for e in gateway.endpoints} == expected
+    assert {e.group for e in gateway.endpoints} == {API_GROUP}
