@@ -2,10 +2,10 @@
 siblings (the gateway's run queue, memory's writes).
 
 It pulls one message per free slot (a busy replica leaves work to the others), tells JetStream
-the message is in progress while its handler works, retries a failed handler with backoff,
-hands a message that failed too often to a dead-letter hook, opens a span per message, and
-outlives what a cluster does to a pull for a moment (a consumer leader election answers 503 or
-has no responders): it logs that and pulls again.
+the message is in progress while its handler works, retries a failed handler with backoff (a
+handler settles itself what must not be retried), opens a span per message, and outlives what
+a cluster does to a pull for a moment (a consumer leader election answers 503 or has no
+responders): it logs that and pulls again.
 """
 
 import asyncio
@@ -21,8 +21,9 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, ConsumerInfo
-from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
+from opentelemetry.trace import SpanKind, Tracer
 
+from .failures import handle_failure
 from .telemetry import extract
 
 PULL_WAIT: Final = 5.0
@@ -75,7 +76,6 @@ class Delivery:
 
 
 Handler = Callable[[Delivery], Awaitable[None]]
-DeadLetterHook = Callable[[Delivery, BaseException], Awaitable[None]]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,19 +99,13 @@ class DurableConsumer:
         *,
         tracer: Tracer,
         slots: asyncio.Semaphore,
-        max_attempts: int = 0,
-        on_dead_letter: DeadLetterHook | None = None,
     ) -> None:
-        """`slots` bounds the messages in hand (a handler may lend its slot out meanwhile);
-        `max_attempts` (0 = no limit) is how often a raising handler is tried before
-        `on_dead_letter` gets the message and it is acked."""
+        """`slots` bounds the messages in hand (a handler may lend its slot out meanwhile)."""
         self.nc = nc
         self.spec = spec
         self.handler = handler
         self.tracer = tracer
         self.slots = slots
-        self.max_attempts = max_attempts
-        self.on_dead_letter = on_dead_letter
         heartbeat = spec.config.ack_wait
         self.heartbeat = (heartbeat or 30.0) / 3
         self.pull_failures = 0
@@ -219,8 +213,17 @@ class DurableConsumer:
                 try:
                     await self.handler(delivery)
                 except Exception as exc:
-                    span.set_status(Status(StatusCode.ERROR, str(exc)))
-                    await self._failed(delivery, exc)
+                    handle_failure(
+                        exc,
+                        log,
+                        "consumer_handler_failed",
+                        span=span,
+                        level="warning",
+                        consumer=self.spec.durable,
+                        attempt=delivery.attempt,
+                    )
+                    # Unsettled by its handler, a failure is worth another try.
+                    await delivery.retry(backoff(delivery.attempt))
                 finally:
                     heartbeat.cancel()
                 await delivery.ack()
@@ -229,19 +232,6 @@ class DurableConsumer:
             log.warning("consumer_settle_failed", consumer=self.spec.durable, exc_info=True)
         finally:
             self.slots.release()
-
-    async def _failed(self, delivery: Delivery, exc: Exception) -> None:
-        exhausted = self.max_attempts and delivery.attempt >= self.max_attempts
-        log.warning(
-            "consumer_handler_failed",
-            consumer=self.spec.durable,
-            attempt=delivery.attempt,
-            error=repr(exc),
-        )
-        if exhausted and self.on_dead_letter is not None:
-            await self.on_dead_letter(delivery, exc)
-        elif not exhausted:
-            await delivery.retry(backoff(delivery.attempt))
 
     async def _beat(self, delivery: Delivery) -> None:
         """Tell JetStream the message is alive, so a long handler is not redelivered."""
