@@ -1,18 +1,15 @@
 """The auth service: answers nats-server's auth callout for every client connection (bearer
 token → a NATS user with that owner's permissions, or a refusal) and `runbus.auth.whoami`."""
 
-import contextlib
 import secrets
 import time
 from pathlib import Path
 from typing import Final, Self
 
-import nats.errors
 import nkeys
 import structlog
 from nats.aio.client import Client as NATS
-from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription
+from nats.micro.request import Request
 from opentelemetry.sdk.trace import TracerProvider
 
 from runbus import busauth, ops, subjects
@@ -68,7 +65,6 @@ class AuthService(Service):
         self.issuer = nkeys.from_seed(bytearray(issuer_seed))
         self.account = account
         self.credential_ttl = credential_ttl
-        self._callout: Subscription | None = None
 
     @classmethod
     def from_settings(cls, nc: NATS, settings: Settings, tracer_provider: TracerProvider) -> Self:
@@ -85,17 +81,9 @@ class AuthService(Service):
     def endpoints(self) -> list[Endpoint]:
         return [Endpoint.for_op(ops.AUTH_WHOAMI, self.on_whoami)]
 
-    async def on_start(self) -> None:
-        # The callout body is a JWT, not JSON: a plain queue subscription, not an endpoint.
-        self._callout = await self.nc.subscribe(
-            subjects.AUTH_CALLOUT, queue=self.name, cb=self.on_authorize
-        )
-
-    async def on_draining(self) -> None:
-        if self._callout is not None:
-            with contextlib.suppress(nats.errors.ConnectionClosedError):
-                await self._callout.unsubscribe()
-            self._callout = None
+    async def on_listening(self) -> None:
+        # The callout body is a JWT, not a runbus request: an endpoint that answers it itself.
+        await self.listen_raw("callout", subjects.AUTH_CALLOUT, self.on_authorize)
 
     async def on_whoami(self, ctx: RunContext, request: WhoAmI) -> Identity:
         principal = self.verifier.verify(ctx.auth)
@@ -106,14 +94,15 @@ class AuthService(Service):
             inbox_prefix=subjects.client_inbox_prefix(token_digest(token.strip())),
         )
 
-    async def on_authorize(self, msg: Msg) -> None:
-        """One connection attempt: always answered, with a user or with the reason why not."""
+    async def on_authorize(self, msg: Request) -> str | None:
+        """One connection attempt: always answered, with a user or with the reason why not
+        (returned, as the error `$SRV.STATS` counts)."""
         try:
             request = jwt.decode_request(msg.data)
         except ValueError as exc:
             # Not the server's request (nothing else can publish here); nothing to answer.
             self.log.warning("auth_request_unreadable", error=str(exc))
-            return
+            return f"unreadable: {exc}"
         token = request.nats.connect_opts.auth_token
         client = request.nats.client_info
         try:
@@ -125,7 +114,7 @@ class AuthService(Service):
                 "connection_refused", reason=exc.message, host=client.host, client=client.name
             )
             await msg.respond(jwt.response(request, self.issuer, error=exc.message))
-            return
+            return f"{exc.code}: {exc.message}"
         user = jwt.user_jwt(
             issuer=self.issuer,
             user_nkey=request.nats.user_nkey,
@@ -143,3 +132,4 @@ class AuthService(Service):
             host=client.host,
         )
         await msg.respond(jwt.response(request, self.issuer, user=user))
+        return None
