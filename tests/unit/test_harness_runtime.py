@@ -1,6 +1,7 @@
 """The harness as the run loop sees it: the `[harness]` table, the tools it runs itself, what it
 adds to the prompt and where, and the refusal before any model call."""
 
+import ast
 import tomllib
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from runbus_gateway.errors import GatewayConfigError
 from runbus_gateway.harness import Harness, HarnessConfig, SessionState, with_context
 from runbus_gateway.harness.errors import StateInvalid
 from tests.unit.test_harness_state import SessionStore
+from tests.unit.test_import_cycles import imported, modules
 
 CTX = RunContext(run_id="r-1", session_id="s1", agent="travel")
 
@@ -243,3 +245,34 @@ def test_no_context_messages_leave_the_view_as_it_is() -> None:
     view = [user("hi"), calls("a")]
 
     assert with_context(view, []) == view
+
+
+NATS_SIDE = {"runbus.bus", "runbus.service", "runbus.consumer", "runbus.jetstream"}
+
+
+def imports_nats(path: Path) -> bool:
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        else:
+            continue
+        if any(name.split(".")[0] == "nats" for name in names):
+            return True
+    return False
+
+
+def test_neither_the_harness_nor_the_run_reaches_nats_by_any_import() -> None:
+    known = modules()
+    reached: set[str] = set()
+    todo = [n for n in known if n.startswith(("runbus_gateway.harness", "runbus_gateway.run."))]
+    while todo:
+        name = todo.pop()
+        if name not in reached:
+            reached.add(name)
+            todo.extend(imported(name, known[name], known))
+
+    assert "runbus_gateway.run.execute" in reached
+    assert sorted(reached & NATS_SIDE) == []
+    assert [name for name in sorted(reached) if imports_nats(known[name])] == []
