@@ -2,6 +2,7 @@
 `mcp-server-git` over stdio, and a misbehaving server (`rogue_mcp_server.py`) that crashes,
 hangs, answers garbage and changes its tool list."""
 
+import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -18,9 +19,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from runbus.headers import RunContext
 from runbus.service import ServiceOptions
 from runbus.telemetry import create_tracer_provider
-from runbus_examples.scripted import ScriptedCall, ScriptedReply
-from runbus_gateway.agents import AgentSpec
-from runbus_tool_executor.config import Deployment, ToolOverride
+from runbus_examples.scripted import load_scripts
+from runbus_gateway.agents import load_agents
+from runbus_tool_executor.config import Deployment, ToolOverride, load_deployment
 from runbus_tool_executor.mcp_servers import McpServerConfig
 from runbus_tool_executor.service import ToolExecutorService
 from tests.helpers import eventually, publish_and_collect, raw_request
@@ -30,6 +31,7 @@ from tests.stack import SecuredNats, start_stack
 BIN = Path(sys.executable).parent
 ROGUE = Path(__file__).with_name("rogue_mcp_server.py")
 HTTP_SERVER = Path(__file__).with_name("http_mcp_server.py")
+EXAMPLE = Path(__file__).parents[2] / "examples" / "mcp_time"
 CAROL = RunContext(run_id="r-c", agent="travel", props={"user_id": "carol", "tenant": "globex"})
 
 Start = Callable[..., Awaitable[ToolExecutorService]]
@@ -351,35 +353,30 @@ async def test_a_deployment_override_puts_an_mcp_tool_behind_approval(
     assert "call echo" not in rogue_log.read_text()
 
 
-async def test_a_run_through_the_gateway_calls_an_mcp_tool_and_reads_its_answer(
-    nats_server: SecuredNats, nc: NATS, tmp_path: Path
+async def test_the_example_agent_calls_mcp_server_time_through_the_gateway(
+    nats_server: SecuredNats, nc: NATS, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    agent = AgentSpec(
-        name="travel",
-        instructions="Say what time it is.",
-        model="scripted/clock",
-        tools=["time__get_current_time"],
-        max_iterations=3,
-    )
-    script = [
-        ScriptedReply(tool_calls=[ScriptedCall("time__get_current_time", {"timezone": "UTC"})]),
-        ScriptedReply(text="It is later than you think."),
-    ]
+    monkeypatch.setenv("PATH", f"{BIN}:{os.environ.get('PATH', '')}")
     async with start_stack(
         nats_server.url,
         data_dir=tmp_path / "data",
-        agents={"travel": agent},
-        scripts={"clock": script},
+        agents=load_agents(EXAMPLE / "agents"),
+        scripts=load_scripts(EXAMPLE / "scripts.toml"),
     ) as stack:
         await stack.start_service(
-            ToolExecutorService, registries=[], deployment=Deployment(mcp_servers=[time_server()])
+            ToolExecutorService, registries=[], deployment=load_deployment(EXAMPLE / "tools.toml")
         )
         events = await publish_and_collect(
-            nc, "r-clock", raw_request("r-clock", "What time is it?"), token="dev-alice"
+            nc,
+            "r-clock",
+            raw_request("r-clock", "What time is it in Paris?", agent="clock"),
+            subject="runbus.runs.clock",
+            token="dev-alice",
         )
 
     assert events[-1]["type"] == "run.completed", events[-1]
     (result,) = (e["result"] for e in events if e["type"] == "run.tool_result")
     assert result.get("error") is None
-    assert result["result"]["timezone"] == "UTC"
-    assert events[-1]["text"] == "It is later than you think."
+    assert result["result"]["timezone"] == "Europe/Paris"
+    assert events[-1]["text"].startswith("mcp-server-time says: ")
+    assert result["result"]["datetime"] in events[-1]["text"]
