@@ -5,17 +5,15 @@ import contextlib
 from typing import Final
 
 import structlog
-from opentelemetry import trace
-from opentelemetry.trace import Status, StatusCode
 
 from runbus import headers as h
 from runbus import subjects
 from runbus.bus import Bus
 from runbus.consumer import Delivery, backoff
-from runbus.errors import InternalError, RunbusError
+from runbus.errors import RunbusError
+from runbus.failures import as_runbus_error, handle_failure
 from runbus.messages import ErrorInfo, RunCompleted, is_identifier
 from runbus.messages.runs import RunRecord, RunStatus
-from runbus.service import as_runbus_error
 from runbus.tokens import Principal
 
 from .errors import DeadLettered, RunCancelled
@@ -58,29 +56,24 @@ class RunBook:
         """Retry a retryable failure with backoff while attempts remain; otherwise record it,
         dead-letter what kept failing, and tell the run's owner with `run.failed`. `agent` is
         the one the request was published for."""
-        error = as_runbus_error(exc)
+        retry = as_runbus_error(exc).to_info().code in RETRYABLE
+        retry = retry and delivery.attempt < MAX_ATTEMPTS
+        error = handle_failure(
+            exc,
+            log,
+            "run_retrying" if retry else "run_failed",
+            level="warning" if retry else "info",
+            run_id=run_id,
+            attempt=delivery.attempt,
+        )
         info = error.to_info()
-        span = trace.get_current_span()
-        span.set_status(Status(StatusCode.ERROR, error.message))
-        span.set_attribute("error.type", info.code)
-        if info.code in RETRYABLE and delivery.attempt < MAX_ATTEMPTS:
-            log.warning(
-                "run_retrying",
-                run_id=run_id,
-                attempt=delivery.attempt,
-                code=info.code,
-                reason=error.message,
-            )
+        if retry:
             if record is not None:
                 shown = self._shown(agent, error)
                 with contextlib.suppress(Exception):
                     await self.records.set_status(record, "queued", error=shown)
             await delivery.retry(backoff(delivery.attempt))
             return
-        if isinstance(error, InternalError):
-            log.exception("run_failed", run_id=run_id, attempt=delivery.attempt)
-        else:
-            log.info("run_failed", run_id=run_id, code=info.code, reason=error.message)
         if info.code in RETRYABLE or isinstance(error, DeadLettered):
             await self._dead_letter(delivery, agent, info.code, error.message)
         # The log and the dead letter keep the real message; the user reads the agent's.
