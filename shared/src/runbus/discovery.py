@@ -4,7 +4,7 @@ joined into one `Instance`; used by `runbus status`, its probes and the supervis
 import asyncio
 import contextlib
 from collections.abc import Callable, Iterable
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -15,6 +15,9 @@ from .instance import HOST_METADATA, PID_METADATA
 SRV: Final = "$SRV"
 GROUP_METADATA: Final = "group"
 """Endpoint metadata key naming its micro group (`$SRV.INFO` does not carry groups)."""
+ANSWERED_DATA: Final = "answered"
+"""Key of an endpoint's stats `data`: requests answered so far (`num_requests` counts them on
+arrival, so it includes those in flight)."""
 
 T = TypeVar("T")
 
@@ -66,6 +69,13 @@ class _EndpointStats(msgspec.Struct, frozen=True):
     num_errors: int = 0
     processing_time: int = 0
     last_error: str = ""
+    data: dict[str, Any] | None = None
+
+    @property
+    def answered(self) -> int:
+        """Requests answered; without a runbus count, all (as nats.micro counts)."""
+        value = (self.data or {}).get(ANSWERED_DATA)
+        return value if isinstance(value, int) else self.num_requests
 
 
 class _Stats(_Identity, frozen=True):
@@ -88,9 +98,12 @@ class EndpointSeen(msgspec.Struct, frozen=True, kw_only=True):
     group: str
     """Its micro group (`runbus.api`), or "" outside any."""
     requests: int = 0
+    """Requests received, including any in flight."""
+    answered: int = 0
+    """Requests answered (the ones `processing_ns` measures)."""
     errors: int = 0
     processing_ns: int = 0
-    """Time from each request's arrival to its reply, summed."""
+    """Time from each answered request's arrival to its reply, summed."""
     last_error: str = ""
 
 
@@ -207,6 +220,7 @@ def _endpoints(info: _Info | None, stats: _Stats | None) -> list[EndpointSeen]:
                 queue_group=e.queue_group,
                 group=group_of.get(e.subject, ""),
                 requests=e.num_requests,
+                answered=e.answered,
                 errors=e.num_errors,
                 processing_ns=e.processing_time,
                 last_error=e.last_error,

@@ -24,7 +24,7 @@ from opentelemetry.trace import SpanKind, TracerProvider
 from . import __version__, subjects
 from . import headers as h
 from .bus import Bus
-from .discovery import GROUP_METADATA
+from .discovery import ANSWERED_DATA, GROUP_METADATA
 from .errors import DeadlineExceeded
 from .failures import as_runbus_error, handle_failure
 from .instance import instance_metadata
@@ -115,20 +115,26 @@ RawHandler = Callable[[Request], Awaitable[str | None]]
 
 
 class _Tally:
-    """One endpoint's `$SRV.STATS` numbers, counted by the task that does the work: from the
-    request's arrival (before it waits for a slot) to its reply being sent."""
+    """One endpoint's `$SRV.STATS` numbers, counted where the work is done: a request when it
+    arrives (as nats.micro does), its processing time from then (including any wait for a
+    free slot) to its reply being sent, an error when that reply is an error reply."""
 
-    __slots__ = ("errors", "last_error", "processing_ns", "requests")
+    __slots__ = ("answered", "errors", "last_error", "processing_ns", "requests")
 
     def __init__(self) -> None:
         self.requests = 0
+        self.answered = 0
         self.errors = 0
         self.processing_ns = 0
         self.last_error = ""
 
-    def record(self, received_ns: int, error: str | None) -> None:
+    def arrived(self) -> int:
         self.requests += 1
-        self.processing_ns += time.perf_counter_ns() - received_ns
+        return time.perf_counter_ns()
+
+    def answer(self, arrived_ns: int, error: str | None) -> None:
+        self.answered += 1
+        self.processing_ns += time.perf_counter_ns() - arrived_ns
         if error is not None:
             self.errors += 1
             self.last_error = error
@@ -154,8 +160,10 @@ class _MicroService(MicroService):
             endpoint.last_error = tally.last_error
             endpoint.processing_time = tally.processing_ns
             endpoint.average_processing_time = (
-                tally.processing_ns // tally.requests if tally.requests else 0
+                tally.processing_ns // tally.answered if tally.answered else 0
             )
+            # Requests count on arrival; the average is over the answered ones only.
+            endpoint.data = {ANSWERED_DATA: tally.answered}
         return stats
 
 
@@ -277,7 +285,7 @@ class Service:
         # nats-py runs one subscription's callbacks one after another; a task per request
         # lets a slow request not block the next, and the semaphore bounds how many run.
         async def dispatch(request: Request) -> None:
-            received = time.perf_counter_ns()
+            received = tally.arrived()
             await self._slots.acquire()
             task = asyncio.get_running_loop().create_task(
                 self._tallied(serve, request, tally, received)
@@ -296,7 +304,7 @@ class Service:
         except Exception:
             self.log.exception("request_unanswered", subject=request.subject)
         finally:
-            tally.record(received, error)
+            tally.answer(received, error)
 
     def _request_done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)

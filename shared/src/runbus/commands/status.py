@@ -48,14 +48,16 @@ class EndpointStatus(msgspec.Struct, frozen=True, kw_only=True):
     queue_group: str
     """Queue group the replicas share (the service name)."""
     requests: int
-    """Requests handled, summed over the replicas that answered."""
+    """Requests received, summed over the replicas that answered discovery."""
     errors: int
     """Requests that ended in an error, summed over the replicas."""
     total_ms: float
     """Processing time of all those requests in milliseconds."""
     average_ms: float
-    """Average processing time per request in milliseconds (0 with no requests), each
+    """Average processing time per answered request in milliseconds (0 with none), each
     measured from the request's arrival to its reply."""
+    answered: int = 0
+    """Requests answered, summed over the replicas (`requests` also counts those in flight)."""
     last_error: str = ""
     """The last error a replica answered with (`code: reason`), if any."""
     group: str = ""
@@ -289,20 +291,22 @@ def _endpoint(seen: EndpointSeen) -> EndpointStatus:
         requests=seen.requests,
         errors=seen.errors,
         total_ms=round(total_ms, 3),
-        average_ms=round(total_ms / seen.requests, 3) if seen.requests else 0.0,
+        average_ms=round(total_ms / seen.answered, 3) if seen.answered else 0.0,
+        answered=seen.answered,
         last_error=seen.last_error,
     )
 
 
 def _summed(endpoints: list[EndpointStatus]) -> EndpointStatus:
-    requests = sum(e.requests for e in endpoints)
+    answered = sum(e.answered for e in endpoints)
     total_ms = sum(e.total_ms for e in endpoints)
     return msgspec.structs.replace(
         endpoints[0],
-        requests=requests,
+        requests=sum(e.requests for e in endpoints),
+        answered=answered,
         errors=sum(e.errors for e in endpoints),
         total_ms=round(total_ms, 3),
-        average_ms=round(total_ms / requests, 3) if requests else 0.0,
+        average_ms=round(total_ms / answered, 3) if answered else 0.0,
         last_error=next((e.last_error for e in endpoints if e.last_error), ""),
     )
 
