@@ -1,6 +1,6 @@
-"""`Harness`: one agent's `[harness]` table, built once at start, and everything the run loop
-asks of it — refusals, output rewriting, local tools, instructions, context messages, the loop
-decision, the program agent. Pure apart from `SessionState` writes.
+"""`Harness`: one agent's `[harness]` table, built once per agent (`AgentSpec.runtime`), and
+everything the run asks of it — refusals, output rewriting, local tools, instructions, context
+messages, the loop decision, the program agent. Pure apart from `SessionState` writes.
 """
 
 from collections.abc import Mapping, Sequence
