@@ -1,11 +1,13 @@
 """An MCP stdio server that misbehaves on request, speaking raw JSON-RPC so it can do what
 a well-made SDK server never would: `crash` exits mid-call, `hang` never answers (and writes
 each `notifications/cancelled` it gets to the file named by `ROGUE_LOG`), `garbage` answers with
-a result that is not MCP, `grow` adds a tool and says the list changed. `echo` behaves."""
+a result that is not MCP, `freeze` stops reading its input (pings too), `grow` adds a tool
+and says the list changed. `echo` behaves."""
 
 import json
 import os
 import sys
+import time
 from typing import Any
 
 ECHO = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
@@ -54,6 +56,12 @@ tools: list[dict[str, Any]] = [
     },
     {"name": "grow", "description": "Add a tool.", "inputSchema": EMPTY},
     {
+        "name": "freeze",
+        "description": "Stop reading anything.",
+        "inputSchema": EMPTY,
+        "annotations": {"readOnlyHint": True},
+    },
+    {
         "name": "oddly",
         "description": "A schema that is not JSON Schema.",
         "inputSchema": {"type": "object", "properties": {"a": {"type": "nonsense"}}},
@@ -88,6 +96,8 @@ def answer(call: dict[str, Any]) -> dict[str, Any] | None:
         os._exit(3)
     if name == "hang":
         return None
+    if name == "freeze":
+        time.sleep(3600)
     if name == "garbage":
         return {"content": "this is not a list of content blocks"}
     if name == "huge":

@@ -2,6 +2,7 @@
 `mcp-server-git` over stdio, and a misbehaving server (`rogue_mcp_server.py`) that crashes,
 hangs, answers garbage and changes its tool list."""
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from runbus.headers import RunContext
+from runbus.owners import Owner
 from runbus.service import ServiceOptions
 from runbus.telemetry import create_tracer_provider
 from runbus_examples.scripted import load_scripts
@@ -214,6 +216,33 @@ async def test_a_hung_call_times_out_and_the_server_is_told_it_was_cancelled(
     assert hung.result.error == "tool 'rogue__hang' timed out after 0.5s."
     await eventually(lambda: "cancelled" in rogue_log.read_text(), what="notifications/cancelled")
     assert (await invoke(nc, "rogue__echo", {"text": "ok"}, call_id="c-2")).result.result == "ok"
+
+
+async def test_cancelling_the_run_ends_the_call_and_tells_the_server(
+    start: Start, nc: NATS, rogue_log: Path
+) -> None:
+    service = await start(rogue(rogue_log, timeout=30))
+    call = asyncio.ensure_future(invoke(nc, "rogue__hang", {}, timeout=10))
+    await eventually(lambda: "call hang" in rogue_log.read_text(), what="the call at the server")
+
+    service.executor.cancel_run(Owner.of(ALICE), ALICE.run_id)
+
+    assert (await call).result.error == "not finished: the run was cancelled."
+    await eventually(lambda: "cancelled" in rogue_log.read_text(), what="notifications/cancelled")
+
+
+async def test_a_server_that_stops_answering_even_pings_is_restarted(
+    start: Start, nc: NATS, rogue_log: Path
+) -> None:
+    service = await start(rogue(rogue_log, timeout=0.5, ping_interval=0.5))
+
+    frozen = await invoke(nc, "rogue__freeze", {})
+    await eventually(lambda: service.mcp.servers["rogue"].restarts >= 1, what="a restart")
+    after = await invoke(nc, "rogue__echo", {"text": "back"}, call_id="c-back")
+
+    assert frozen.result.error == "tool 'rogue__freeze' timed out after 0.5s."
+    assert after.result.result == "back"
+    assert rogue_log.read_text().count("started") == 2
 
 
 @pytest.mark.parametrize(
