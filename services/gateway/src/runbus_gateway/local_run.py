@@ -231,3 +231,7 @@ class LocalRuns:
     def cancel(self, tenant: str, user_id: str, run_id: str) -> bool:
         """Cancel the run of that owner with that id, if this replica holds it."""
         return self.cancels.cancel(Owner(tenant, user_id), run_id) > 0
+
+    def cancel_subject(self, subject: str) -> int:
+        """Cancel the run a `subjects.run_cancel` subject names, if this replica holds it."""
+        return self.cancels.cancel_subject(subject)
