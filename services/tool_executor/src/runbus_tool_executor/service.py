@@ -180,7 +180,16 @@ class ToolExecutorService(Service):
         for name, tool in list(self.tools.items()):
             if isinstance(tool, McpTool) and tool.server == server and name not in tools:
                 del self.tools[name]
-        fresh = {name: self.deployment.override(tool) for name, tool in tools.items()}
+        taken = sorted(
+            n for n in tools if n in self.tools and not isinstance(self.tools[n], McpTool)
+        )
+        if taken:
+            self.log.warning("mcp_tool_name_taken", server=server, tools=taken)
+        fresh = {
+            name: self.deployment.override(tool)
+            for name, tool in tools.items()
+            if name not in taken
+        }
         self.tools.update(fresh)
         if self.catalog is not None:
             try:
