@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from runbus import todos
 from runbus.errors import BadRequest, ModelError, Unavailable
 from runbus.headers import RunContext
 from runbus.messages import (
@@ -35,8 +36,10 @@ from runbus.messages.history import HistoryCompaction
 from runbus.messages.memory import SearchScope
 from runbus.messages.sessions import ConcurrencyPolicy, SessionOpened, SessionRecord
 from runbus.messages.tools import ApprovalGrant, ApprovalRequest, ToolInvoked
+from runbus.todos import TodoItem, TodoState
 from runbus_gateway.agents import AgentSpec, CompactionPolicy, MemoryPolicy
 from runbus_gateway.errors import MaxIterationsExceeded, TooManyToolCalls
+from runbus_gateway.harness import HarnessConfig, LoopConfig, TodosConfig
 from runbus_gateway.run import RunPorts, execute_run
 from tests.helpers import take_time
 
@@ -407,6 +410,31 @@ async def test_calls_go_out_as_first_sends_unless_a_resumed_run_found_them_check
     assert fresh.first_sends == [True]
     assert resumed.first_sends == [False]
     assert [c.call_id for c in resumed.invoked] == ["c0"]
+
+
+async def test_a_resumed_loop_mode_run_runs_its_checkpointed_calls_in_its_first_pass_only() -> None:
+    agent = msgspec.structs.replace(
+        AGENT,
+        harness=HarnessConfig(
+            todos=TodosConfig(enabled=True, inject_message=False),
+            loop=LoopConfig(enabled=True, max_loop_iterations=2),
+        ),
+    )
+    checkpointed = [
+        user("Weather in Sydney?", message_id=f"{RUN_ID}:in0"),
+        msgspec.structs.replace(weather(), message_id=f"{RUN_ID}:m0"),
+    ]
+    ports = RecordingPorts([said("Sunny."), said("Still sunny.")], history=checkpointed)
+    open_item = TodoState(items=[TodoItem(id=1, title="Pack")], next_id=2)
+    ports.record = msgspec.structs.replace(
+        ports.record, state={todos.STATE_KEY: todos.dump(open_item)}
+    )
+
+    completed = await run(ports, agent=agent)
+
+    assert [c.call_id for c in ports.invoked] == ["c0"]
+    roles = [m.role for m in completed.response]
+    assert roles == ["assistant", "tool", "assistant", "user", "assistant"]
 
 
 async def test_every_new_message_is_saved_in_order_and_loaded_context_never() -> None:

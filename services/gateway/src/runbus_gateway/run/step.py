@@ -47,7 +47,7 @@ async def _steps(run: Run, state: RunState) -> Usage:
     agent = run.agent
     usage = Usage()
     failed_steps = 0
-    calls = state.pending_calls
+    calls, state.pending_calls = state.pending_calls, []
     # Calls a resumed run found checkpointed may have been sent before it was resumed.
     first_send = False
     while not state.finished:
