@@ -91,7 +91,7 @@ def answer(call: dict[str, Any]) -> dict[str, Any] | None:
     if name == "echo":
         return text(arguments["text"])
     if name == "whoami":
-        return text(f"user={arguments.get('user')}")
+        return text(f"user={arguments.get('user')} secret={os.environ.get('ROGUE_SECRET')}")
     if name == "crash":
         os._exit(3)
     if name == "hang":

@@ -241,6 +241,7 @@ async def test_a_server_that_stops_answering_even_pings_is_restarted(
     after = await invoke(nc, "rogue__echo", {"text": "back"}, call_id="c-back")
 
     assert frozen.result.error == "tool 'rogue__freeze' timed out after 0.5s."
+    assert "did not answer in time" in service.mcp.servers["rogue"].last_error
     assert after.result.result == "back"
     assert rogue_log.read_text().count("started") == 2
 
@@ -344,16 +345,17 @@ async def test_another_tenants_run_neither_sees_nor_calls_a_servers_tools(
 
 
 async def test_an_injected_argument_comes_from_the_run_never_from_the_model(
-    start: Start, nc: NATS, rogue_log: Path
+    start: Start, nc: NATS, rogue_log: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    await start(rogue(rogue_log, inject={"user": "user_id"}))
+    monkeypatch.setenv("ROGUE_SECRET", "from-the-replica")
+    await start(rogue(rogue_log, inject={"user": "user_id"}, env_from=["ROGUE_SECRET"]))
 
     schema = (await listed(nc, ["rogue__whoami"]))["rogue__whoami"]
     reply = await invoke(nc, "rogue__whoami", {"user": "mallory"})
 
     assert "user" not in schema["properties"]
     assert "required" not in schema
-    assert reply.result.result == "user=alice"
+    assert reply.result.result == "user=alice secret=from-the-replica"
 
 
 async def test_a_side_effecting_mcp_call_sent_twice_runs_once(

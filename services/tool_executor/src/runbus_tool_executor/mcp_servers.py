@@ -50,6 +50,9 @@ class McpServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     args: list[str] = []
     env: dict[str, str] = {}
     """Variables set for the program on top of a minimal environment (PATH, HOME, …)."""
+    env_from: list[str] = []
+    """Variables of the replica's own environment passed on to the program (a secret mounted
+    as an environment variable), so the config file never holds them."""
     cwd: str | None = None
     url: str | None = None
     """Streamable HTTP: the server's MCP endpoint."""
@@ -84,6 +87,8 @@ class McpServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     def __post_init__(self) -> None:
         if (self.command is None) == (self.url is None):
             raise ValueError(f"mcp server {self.name!r}: give `command` (stdio) or `url`, one")
+        if self.command is None and (self.args or self.env or self.env_from or self.cwd):
+            raise ValueError(f"mcp server {self.name!r}: args, env and cwd go with `command`")
         if self.url is None and (self.token_file or self.token_env or self.headers):
             raise ValueError(f"mcp server {self.name!r}: token and headers go with `url`")
         if self.token_file and self.token_env:
@@ -145,11 +150,12 @@ class McpServer:
     async def call_tool(self, tool: str, arguments: Mapping[str, Any]) -> types.CallToolResult:
         """`tools/call` over the live session; a dropped connection or a non-MCP answer is an
         `McpCallFailed`. Cancelling the caller sends `notifications/cancelled`."""
-        if self.session is None and not await self.wait_ready(CONNECT_WAIT):
-            problem = self.last_error or "is still starting"
-            raise McpCallFailed(self.name, f"is not connected ({problem})")
+        if self.session is None:
+            await self.wait_ready(CONNECT_WAIT)
         session, lost = self.session, self._lost
-        assert session is not None
+        if session is None:
+            problem = self.last_error or "still starting"
+            raise McpCallFailed(self.name, f"is not connected ({problem})")
         span = trace.get_current_span()
         span.set_attribute("mcp.method.name", "tools/call")
         span.set_attribute("runbus.mcp.server", self.name)
@@ -273,8 +279,12 @@ class McpServer:
     async def _transport(self, stack: contextlib.AsyncExitStack) -> AsyncIterator[tuple[Any, Any]]:
         config = self.config
         if config.command is not None:
+            passed = {name: os.environ[name] for name in config.env_from if name in os.environ}
             parameters = StdioServerParameters(
-                command=config.command, args=config.args, env=config.env, cwd=config.cwd
+                command=config.command,
+                args=config.args,
+                env={**passed, **config.env},
+                cwd=config.cwd,
             )
             async with stdio_client(parameters, errlog=sys.stderr) as streams:
                 yield streams
@@ -353,4 +363,6 @@ def _reason(exc: BaseException) -> str:
     """What went wrong, told by the innermost failures (anyio wraps them in groups)."""
     if isinstance(exc, BaseExceptionGroup):
         return "; ".join(dict.fromkeys(_reason(e) for e in exc.exceptions))
+    if isinstance(exc, TimeoutError):
+        return "did not answer in time (connect, list or ping)"
     return f"{type(exc).__name__}: {exc}".rstrip(": ")
