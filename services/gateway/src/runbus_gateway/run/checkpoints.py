@@ -12,9 +12,9 @@ from .ports import RunPorts
 class Checkpointer:
     """Saves a run's new messages to history: one append per step, not one per message.
 
-    What is added waits for the next `flush()` — which the loop awaits before a step's tool
-    calls run, so the calls are stored before anything acts on them — or for `close()` at the
-    end, which also releases the session. A step's tool results therefore travel with the next
+    What is added waits for the next `flush()` — which a step awaits before its tool calls
+    run, so the calls are stored before anything acts on them — or for `close()` at the end,
+    which also releases the session. A step's tool results therefore travel with the next
     step's model reply. Results that must not wait (`urgent`: tools run inside the gateway,
     whose effects are not recorded by call id) start a background append at once; the others
     came from the tool executor, which records each call's result under its call id, so a run
