@@ -204,10 +204,11 @@ def test_a_result_over_the_cap_is_cut_with_a_note_and_fits() -> None:
         ('name = "a"', "give `command` (stdio) or `url`"),
         ('name = "a"\ncommand = "x"\nurl = "http://h/mcp"', "give `command` (stdio) or `url`"),
         ('name = "a"\ncommand = "x"\ntoken_env = "T"', "token and headers go with `url`"),
+        ('name = "a"\nurl = "http://h/mcp"\nargs = ["-v"]', "args, env and cwd go with `command`"),
         ('name = "a__b"\ncommand = "x"', "name"),
         ('name = "a"\ncommand = "x"\nprogram = "y"', "program"),
     ],
-    ids=["neither", "both", "token-on-stdio", "double-underscore", "unknown-key"],
+    ids=["neither", "both", "token-on-stdio", "args-on-http", "double-underscore", "unknown-key"],
 )
 def test_a_bad_mcp_server_entry_fails_at_start_naming_the_file(
     tmp_path: Path, entry: str, says: str
