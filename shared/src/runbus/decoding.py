@@ -58,13 +58,13 @@ def undecodable(exc: BaseException, what: str) -> Undecodable:
     """The `Undecodable` a parser's failure `exc` becomes."""
     match exc:
         case RecursionError():
-            return Undecodable(what, "nested too deeply", malformed=True)
+            return Undecodable(what, "JSON nested too deeply", malformed=True)
         case UnicodeError():
             return Undecodable(what, "not valid UTF-8", malformed=True)
         case msgspec.ValidationError():
             return Undecodable(what, _reason(exc), malformed=False)
         case msgspec.DecodeError():
-            return Undecodable(what, _reason(exc), malformed=True)
+            return Undecodable(what, f"not valid JSON: {_reason(exc)}", malformed=True)
         case _:
             return Undecodable(what, _reason(exc), malformed=False)
 

@@ -75,6 +75,8 @@ def _fuzz(base: str) -> list[str]:
 
 
 @pytest.mark.slow
+# Bounded: 12 examples per operation, 15 s per request, a minute in all (about 12 s here).
+@pytest.mark.timeout(60)
 # Hypothesis warns, now and then, about a deprecated use inside schemathesis's strategies;
 # that is the fuzzer's business, not a finding about the app (seen once in many runs).
 @pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisDeprecationWarning")

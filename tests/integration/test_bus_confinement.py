@@ -1,0 +1,147 @@
+"""What a client with valid credentials may aim the bus's answers at: bob (another user of
+alice's tenant) and carol (another tenant) steering API replies onto alice's live events, and
+creating consumers of the events stream that deliver onto alice's or the services' subjects.
+
+NATS has no permission on the reply subject of a publish: a client may name any subject as
+its reply, and the answer is delivered in the clients' account on that subject. What holds
+today is that no such answer is ever taken for an event of alice's run (the client reads only
+events of the run it follows). The confinement itself (bob's replies and deliveries only
+under his own inbox) needs the bus to stop delivering to the subjects named; those tests are
+marked until it does, and fail the day it starts to (strict)."""
+
+import json
+from collections.abc import AsyncIterator
+from typing import Final
+
+import pytest
+from nats.aio.client import Client as NATS
+
+import runbus.client
+from runbus import headers as h
+from runbus import subjects
+from runbus.client import RunbusClient
+from runbus.messages import RunCompleted
+from tests.stack import SecuredNats, Stack
+
+INTRUDERS: Final = {"bob": ("acme", "bob"), "carol": ("globex", "carol")}
+REPLY_CONFINEMENT: Final = (
+    "NATS does not check a publish's reply subject: a client's replies need confining to its "
+    "own inbox (live events only under the user's inbox, or a check where they are answered)"
+)
+DELIVERY_CONFINEMENT: Final = (
+    "JetStream accepts any deliver subject in a consumer a client creates: needs a creator "
+    "that pins it to the user's inbox prefix (e.g. consumer creation through the gateway)"
+)
+
+
+@pytest.fixture(params=sorted(INTRUDERS))
+async def intruder(
+    request: pytest.FixtureRequest, stack: Stack, nats_server: SecuredNats
+) -> AsyncIterator[tuple[str, NATS]]:
+    name: str = request.param
+    nc = await runbus.client.open_connection(nats_server.client_url, f"dev-{name}")
+    yield name, nc
+    await nc.drain()
+
+
+async def steer(intruder: tuple[str, NATS], target: str) -> None:
+    """API requests of the intruder's own, answered onto `target`; returns once a request
+    made after them is answered (each was handled by then)."""
+    name, nc = intruder
+    auth = {h.AUTH: f"Bearer dev-{name}"}
+    for body in (b'{"type": "sessions.list"}', b'{"type": "runs.list"}', b"not json"):
+        await nc.publish(subjects.api("sessions.list"), body, reply=target, headers=auth)
+    await nc.request(
+        subjects.api("sessions.list"), b'{"type": "sessions.list"}', headers=auth, timeout=10
+    )
+
+
+async def test_a_reply_another_user_steers_onto_alice_s_events_is_never_one_of_her_events(
+    intruder: tuple[str, NATS], nats_server: SecuredNats
+) -> None:
+    async with runbus.client.connect(nats_server.client_url, token="dev-alice") as alice:
+        run_id = "r-steered"
+        events = alice.stream("travel", "Weather in Sydney?", session_id="s-steered", run_id=run_id)
+        first = await anext(events)
+        await steer(intruder, subjects.events("acme", "alice", run_id))
+        seen = [first, *[event async for event in events]]
+        stored = [item.event async for item in alice.follow(run_id)]
+
+    assert isinstance(seen[-1], RunCompleted)
+    assert seen == stored
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=REPLY_CONFINEMENT)
+async def test_a_reply_another_user_steers_onto_alice_s_events_subject_never_reaches_it(
+    intruder: tuple[str, NATS], nats_server: SecuredNats
+) -> None:
+    alice = await runbus.client.open_connection(nats_server.client_url, "dev-alice")
+    try:
+        target = subjects.events("acme", "alice", "r-listened")
+        listening = await alice.subscribe(target)
+        await alice.flush()
+        await steer(intruder, target)
+        await alice.flush()
+        arrived = listening.pending_msgs
+    finally:
+        await alice.close()  # a drain would wait for someone to read what arrived
+
+    assert arrived == 0
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=DELIVERY_CONFINEMENT)
+async def test_a_consumer_another_user_creates_cannot_deliver_onto_alice_s_or_the_services_subjects(
+    intruder: tuple[str, NATS],
+) -> None:
+    name, nc = intruder
+    tenant, user = INTRUDERS[name]
+    own = subjects.owner_events(tenant, user)
+    create = subjects.consumer_create(subjects.EVENTS_STREAM, own, subjects.CLIENT_JS_API)
+    targets = {
+        "alice's cancel": subjects.run_cancel("acme", "alice", "r-1"),
+        "alice's events": subjects.events("acme", "alice", "r-1"),
+        "alice's inbox": subjects.client_inbox_prefix("0" * 32) + ".x",
+        "a run request": subjects.runs("travel"),
+        "a service API": subjects.api("runs.cancel"),
+    }
+    accepted = []
+    for index, (what, deliver) in enumerate(targets.items()):
+        body = {
+            "stream_name": subjects.EVENTS_STREAM,
+            "config": {
+                "name": f"c-{name}-{index}",
+                "filter_subject": own,
+                "deliver_subject": deliver,
+            },
+        }
+        reply = await nc.request(
+            create.replace("*", f"c-{name}-{index}"), json.dumps(body).encode(), timeout=10
+        )
+        if b'"error"' not in reply.data:
+            accepted.append(what)
+
+    assert accepted == []
+
+
+async def test_a_consumer_delivering_into_the_user_s_own_inbox_is_accepted(
+    intruder: tuple[str, NATS],
+) -> None:
+    name, nc = intruder
+    tenant, user = INTRUDERS[name]
+    client = RunbusClient(nc, token=f"dev-{name}")
+    own = subjects.owner_events(tenant, user)
+    create = subjects.consumer_create(subjects.EVENTS_STREAM, own, subjects.CLIENT_JS_API)
+    body = {
+        "stream_name": subjects.EVENTS_STREAM,
+        "config": {
+            "name": f"c-{name}-own",
+            "filter_subject": own,
+            "deliver_subject": nc.new_inbox(),
+        },
+    }
+
+    reply = await nc.request(create.replace("*", f"c-{name}-own"), json.dumps(body).encode())
+    me = await client.identity()
+
+    assert b'"error"' not in reply.data, reply.data
+    assert json.loads(reply.data)["config"]["deliver_subject"].startswith(me.inbox_prefix)
