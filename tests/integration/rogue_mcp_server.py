@@ -1,9 +1,10 @@
 """An MCP stdio server that misbehaves on request, speaking raw JSON-RPC so it can do what
 a well-made SDK server never would: `crash` exits mid-call, `hang` never answers (and writes
 each `notifications/cancelled` it gets to the file named by `ROGUE_LOG`), `garbage` answers with
-a result that is not MCP, `freeze` stops reading its input (pings too), `grow` adds a tool
-and says the list changed. `echo` behaves."""
+a result that is not MCP, `freeze` stops reading its input (pings too), `picture` draws 10 KiB,
+`grow` adds a tool and says the list changed. `echo` behaves."""
 
+import base64
 import json
 import os
 import sys
@@ -12,6 +13,7 @@ from typing import Any
 
 ECHO = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
 EMPTY = {"type": "object", "properties": {}}
+PICTURE = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 40
 tools: list[dict[str, Any]] = [
     {
         "name": "echo",
@@ -56,6 +58,12 @@ tools: list[dict[str, Any]] = [
     },
     {"name": "grow", "description": "Add a tool.", "inputSchema": EMPTY},
     {
+        "name": "picture",
+        "description": "Draw a picture.",
+        "inputSchema": EMPTY,
+        "annotations": {"readOnlyHint": True},
+    },
+    {
         "name": "freeze",
         "description": "Stop reading anything.",
         "inputSchema": EMPTY,
@@ -96,6 +104,14 @@ def answer(call: dict[str, Any]) -> dict[str, Any] | None:
         os._exit(3)
     if name == "hang":
         return None
+    if name == "picture":
+        drawn = base64.b64encode(PICTURE).decode()
+        return {
+            "content": [
+                {"type": "text", "text": "a grey square"},
+                {"type": "image", "data": drawn, "mimeType": "image/png"},
+            ]
+        }
     if name == "freeze":
         time.sleep(3600)
     if name == "garbage":
@@ -114,31 +130,42 @@ def answer(call: dict[str, Any]) -> dict[str, Any] | None:
     return text(f"{name} ran")
 
 
-note(f"started {os.getpid()}")
-for line in sys.stdin:
-    request = json.loads(line)
-    method, rid = request.get("method"), request.get("id")
-    if method == "notifications/cancelled":
-        note(f"cancelled {request['params']['requestId']}")
-        continue
-    if rid is None:
-        continue
-    if method == "initialize":
-        result: dict[str, Any] | None = {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {"tools": {"listChanged": True}},
-            "serverInfo": {"name": "rogue", "version": "1"},
-        }
-    elif method == "ping":
-        result = {}
-    elif method == "tools/list":
-        result = {"tools": tools}
-    elif method == "tools/call":
-        note(f"call {request['params']['name']}")
-        result = answer(request["params"])
-        if result is None:
+def main() -> None:
+    note(f"started {os.getpid()}")
+    for line in sys.stdin:
+        request = json.loads(line)
+        method, rid = request.get("method"), request.get("id")
+        if method == "notifications/cancelled":
+            note(f"cancelled {request['params']['requestId']}")
             continue
-    else:
-        send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": "no such method"}})
-        continue
-    send({"jsonrpc": "2.0", "id": rid, "result": result})
+        if rid is None:
+            continue
+        if method == "initialize":
+            result: dict[str, Any] | None = {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {"tools": {"listChanged": True}},
+                "serverInfo": {"name": "rogue", "version": "1"},
+            }
+        elif method == "ping":
+            result = {}
+        elif method == "tools/list":
+            result = {"tools": tools}
+        elif method == "tools/call":
+            note(f"call {request['params']['name']}")
+            result = answer(request["params"])
+            if result is None:
+                continue
+        else:
+            send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": rid,
+                    "error": {"code": -32601, "message": "no such method"},
+                }
+            )
+            continue
+        send({"jsonrpc": "2.0", "id": rid, "result": result})
+
+
+if __name__ == "__main__":
+    main()

@@ -17,6 +17,7 @@ from nats.aio.client import Client as NATS
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from runbus import blobs
 from runbus.headers import RunContext
 from runbus.owners import Owner
 from runbus.service import ServiceOptions
@@ -27,6 +28,7 @@ from runbus_tool_executor.config import Deployment, ToolOverride, load_deploymen
 from runbus_tool_executor.mcp_servers import McpServerConfig
 from runbus_tool_executor.service import ToolExecutorService
 from tests.helpers import eventually, publish_and_collect, raw_request
+from tests.integration.rogue_mcp_server import PICTURE
 from tests.integration.test_tool_executor_bus import ALICE, invoke, listed
 from tests.stack import SecuredNats, start_stack
 
@@ -280,6 +282,21 @@ async def test_an_oversized_result_is_cut_to_the_cap_with_a_note(
     assert len(text.encode()) <= 1024
     assert text.startswith("xxx")
     assert text.endswith("over this tool's 1024 byte cap; ask for less]")
+
+
+async def test_a_large_image_reaches_the_model_as_a_reference_to_the_stored_bytes(
+    start: Start, nc: NATS, rogue_log: Path
+) -> None:
+    await start(rogue(rogue_log))
+
+    reply = await invoke(nc, "rogue__picture", {})
+
+    text, image = reply.result.result
+    assert text == {"type": "text", "text": "a grey square"}
+    assert image["type"] == "uri"
+    assert image["media_type"] == "image/png"
+    assert image["uri"].startswith("runbus-blob://")
+    assert await blobs.get(nc, image["uri"]) == PICTURE
 
 
 async def test_arguments_are_checked_against_the_servers_schema_before_it_is_called(
