@@ -7,8 +7,11 @@ import json
 import sys
 from typing import Any
 
+import msgspec
+
 from bench import postgres
 from bench.processes import REPO
+from bench.results import AnchorPoint, Anchors
 
 
 async def graph_anchor(saver: str, args: list[str], db: postgres.Postgres | None) -> Any:
@@ -28,31 +31,32 @@ async def graph_anchor(saver: str, args: list[str], db: postgres.Postgres | None
 
 async def one(
     saver: str, n: int, levels: tuple[int, ...], trials: int, db: postgres.Postgres | None = None
-) -> dict[str, Any]:
+) -> AnchorPoint:
     args = ["--n", str(n), "--levels", ",".join(map(str, levels)), "--trials", str(trials)]
-    result: dict[str, Any] = await graph_anchor(saver, args, db)
-    by = result["cpu_ms_by_process"]
+    result = msgspec.convert(await graph_anchor(saver, args, db), AnchorPoint)
+    by = result.cpu_ms_by_process
     print(
-        f"  LangGraph, {saver:<8} saver  p50 {result['p50_ms']:7.3f} ms   p99 "
-        f"{result['p99_ms']:7.3f} ms   CPU {result['cpu_ms_per_run']:.2f} ms/run (anchor "
+        f"  LangGraph, {saver:<8} saver  p50 {result.p50_ms:7.3f} ms   p99 "
+        f"{result.p99_ms:7.3f} ms   CPU {result.cpu_ms_per_run:.2f} ms/run (anchor "
         f"{by['anchor']:.2f} + database {by['database']:.2f});  runs/s by clients: "
-        + ", ".join(f"{c}: {r:.0f}" for c, r in result["runs_per_s"].items())
+        + ", ".join(f"{c}: {r:.0f}" for c, r in result.runs_per_s.items())
     )
     return result
 
 
-async def measure(n: int, levels: tuple[int, ...], trials: int) -> dict[str, Any]:
+async def measure(n: int, levels: tuple[int, ...], trials: int) -> Anchors:
     print(
         "\n[anchors] the same run on LangGraph, a thread per run, every step checkpointed "
         "(durability sync), zero-latency scripted model"
     )
-    results: dict[str, Any] = {}
-    results["langgraph_memory"] = await one("memory", n, levels, trials)
-    results["langgraph_sqlite"] = await one("sqlite", n, levels, trials)
+    results = Anchors(
+        langgraph_memory=await one("memory", n, levels, trials),
+        langgraph_sqlite=await one("sqlite", n, levels, trials),
+    )
     try:
         with postgres.server() as db:
-            results["langgraph_postgres"] = await one("postgres", n, levels, trials, db)
+            results.langgraph_postgres = await one("postgres", n, levels, trials, db)
     except postgres.Unavailable as exc:
         print(f"  LangGraph + Postgres skipped: {exc}")
-        results["langgraph_postgres_skipped"] = str(exc)
+        results.langgraph_postgres_skipped = str(exc)
     return results

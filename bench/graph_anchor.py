@@ -73,7 +73,7 @@ class ScriptedChatModel(BaseChatModel):
         return self._generate(messages)
 
 
-def _openai_messages(messages: list[BaseMessage]) -> list[dict[str, Any]]:
+def _openai_messages(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for m in messages:
         if m.type == "system":
@@ -124,10 +124,11 @@ def openai_node(base_url: str) -> Any:
 
     async def call_model(state: MessagesState) -> dict[str, list[BaseMessage]]:
         messages = [SystemMessage(maf.INSTRUCTIONS), *state["messages"]]
-        stream = await client.chat.completions.create(
+        # The messages and tools are the wire's dicts, not the SDK's TypedDicts.
+        stream = await client.chat.completions.create(  # type: ignore[call-overload]
             model="bench-300ms",
-            messages=_openai_messages(messages),  # type: ignore[arg-type]
-            tools=TOOL_SCHEMAS,  # type: ignore[arg-type]
+            messages=_openai_messages(messages),
+            tools=TOOL_SCHEMAS,
             stream=True,
             stream_options={"include_usage": True},
         )
@@ -198,9 +199,9 @@ async def saver_of(kind: str, dsn: str | None) -> AsyncIterator[BaseCheckpointSa
             open=False,
             kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
         ) as pool:
-            saver = AsyncPostgresSaver(pool)  # type: ignore[arg-type]
-            await saver.setup()
-            yield saver
+            pg_saver = AsyncPostgresSaver(pool)  # type: ignore[arg-type]
+            await pg_saver.setup()
+            yield pg_saver
 
 
 async def one_run(graph: Any) -> None:

@@ -3,10 +3,9 @@ with a chat client that returns the same four scripted replies (three tool calls
 and the same three tools, so runbus's whole-run numbers have an in-process peer to be read
 against. MAF's own tool loop, validation and telemetry layers are on; no exporter."""
 
-import json
 import statistics
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import date
 from typing import Any
 
@@ -22,6 +21,7 @@ from agent_framework import (
 )
 from agent_framework.observability import ChatTelemetryLayer
 
+from bench.results import Maf
 from bench.timing import pct, runs_per_s
 from runbus_examples import travel
 
@@ -68,10 +68,11 @@ def create_booking(flight_id: str, seat: str = "any", cabin: str = "economy") ->
     return msgspec.to_builtins(booking)  # type: ignore[no-any-return]
 
 
-TOOLS = [get_weather, search_flights, create_booking]
+TOOLS: list[Callable[..., object]] = [get_weather, search_flights, create_booking]
 
 
-class ScriptedChatClient(
+# MAF's layers each redefine get_response; its own provider clients stack them the same way.
+class ScriptedChatClient(  # type: ignore[misc]
     ChatMiddlewareLayer[Any],
     FunctionInvocationLayer[Any],
     ChatTelemetryLayer[Any],
@@ -100,7 +101,7 @@ class ScriptedChatClient(
             messages=[Message(role="assistant", contents=[content])], response_id=f"r{step}"
         )
 
-    def _inner_get_response(  # type: ignore[override]
+    def _inner_get_response(
         self, *, messages: Sequence[Message], stream: bool, options: Mapping[str, Any], **_: Any
     ) -> Any:
         assert not stream, "the anchor measures whole runs, not streams"
@@ -124,9 +125,7 @@ def check_tools_called(runs: int) -> None:
     assert calls == expected, f"MAF tool calls {calls}, expected {expected}"
 
 
-async def measure(
-    n: int, concurrency: tuple[int, ...] = (1, 64), trials: int = 3
-) -> dict[str, Any]:
+async def measure(n: int, concurrency: tuple[int, ...] = (1, 64), trials: int = 3) -> Maf:
     """Latency p50/p99 of `n` sequential runs and CPU per run; runs/s at each concurrency,
     the median of `trials` rounds."""
     agent = make_agent()
@@ -149,19 +148,19 @@ async def measure(
         trials,
         cpu_seconds=time.process_time,
     )
-    return {
-        "n": n,
-        "p50_ms": statistics.median(ms),
-        "p99_ms": pct(ms, 0.99),
-        "cpu_ms_per_run": cpu_per_run * 1000,
-        "tool_calls_per_run": 3,
-        "model_calls_per_run": 4,
-        "runs_per_s": rates.runs_per_s,
-        "cpu_ms_per_run_by_clients": rates.cpu_ms_per_run,
-    }
+    return Maf(
+        n=n,
+        p50_ms=statistics.median(ms),
+        p99_ms=pct(ms, 0.99),
+        cpu_ms_per_run=cpu_per_run * 1000,
+        tool_calls_per_run=3,
+        model_calls_per_run=4,
+        runs_per_s=rates.runs_per_s,
+        cpu_ms_per_run_by_clients=rates.cpu_ms_per_run,
+    )
 
 
 if __name__ == "__main__":
     import uvloop
 
-    print(json.dumps(uvloop.run(measure(200)), indent=2))
+    print(msgspec.json.format(msgspec.json.encode(uvloop.run(measure(200))), indent=2).decode())

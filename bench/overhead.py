@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.processes import process_stack
+from bench.results import Overhead, OverheadModelServer
 from bench.slow_model import LATENCY, ROUTES, SLOW_AGENT, loopback_server
 from bench.whole_run import Clients
 
@@ -131,7 +132,7 @@ def breakdown(
     return dict(parts)
 
 
-async def measure(runs: int = 10) -> dict[str, Any]:
+async def measure(runs: int = 10) -> Overhead:
     latency_ms = LATENCY * 1000
     print(
         f"\n[overhead] one run at a time, {latency_ms:.0f} ms model: where the time beyond "
@@ -181,22 +182,22 @@ async def measure(runs: int = 10) -> dict[str, Any]:
     for name, value in ranked:
         print(f"    {value:7.2f}  {name}")
     print(f"    {sum(v for _, v in ranked):7.2f}  sum of the parts")
-    served = {
-        "late_p50_ms": after["late_ms"]["p50"],
-        "cpu_ms_per_call": after["cpu_s"] * 1000 / max(after["calls"], 1),
-    }
-    print(
-        f"  of a model call, the model server's own: p50 {served['late_p50_ms']:.2f} ms past "
-        f"the {latency_ms:.0f} ms, {served['cpu_ms_per_call']:.2f} ms CPU"
+    served = OverheadModelServer(
+        late_p50_ms=after["late_ms"]["p50"],
+        cpu_ms_per_call=after["cpu_s"] * 1000 / max(after["calls"], 1),
     )
-    return {
-        "model_server": served,
-        "runs": len(timings),
-        "traced": len(by_run),
-        "latency_ms": latency_ms,
-        "overhead_p50_ms": total,
-        "parts_ms": dict(ranked),
-    }
+    print(
+        f"  of a model call, the model server's own: p50 {served.late_p50_ms:.2f} ms past "
+        f"the {latency_ms:.0f} ms, {served.cpu_ms_per_call:.2f} ms CPU"
+    )
+    return Overhead(
+        model_server=served,
+        runs=len(timings),
+        traced=len(by_run),
+        latency_ms=latency_ms,
+        overhead_p50_ms=total,
+        parts_ms=dict(ranked),
+    )
 
 
 async def _spans_of(logs: Path, runs: int, wait_s: float = 10.0) -> list[dict[str, Any]]:

@@ -2,17 +2,17 @@
 (bench/whole_run.py's clients): its call tree, and the functions by their own time."""
 
 from pathlib import Path
-from typing import Any
 
 from pyinstrument.frame import Frame
 from pyinstrument.renderers import ConsoleRenderer
 from pyinstrument.session import Session
 
 from bench.processes import Bench
+from bench.results import Profile
 from bench.whole_run import Clients, stats_ms
 
 
-async def gateway(bench: Bench, clients: Clients, n: int, out: Path) -> dict[str, Any]:
+async def gateway(bench: Bench, clients: Clients, n: int, out: Path) -> Profile:
     """Replace the gateways by one under pyinstrument; `n` sequential runs; its profile as a
     call tree (`out`) and the functions that took the most time themselves."""
     for process in list(bench.gateways):
@@ -29,14 +29,17 @@ async def gateway(bench: Bench, clients: Clients, n: int, out: Path) -> dict[str
         self_times(loop, totals)
     ranked = sorted(totals.items(), key=lambda item: -item[1])[:20]
     top = [f"{seconds:7.3f} s  {name}" for name, seconds in ranked]
-    return {
-        "runs": n,
-        "profile": out.name,
-        "wall_s": session.duration,
-        "cpu_s": session.cpu_time,
-        "top_self_time": top,
-        **stats_ms(samples),
-    }
+    latency = stats_ms(samples)
+    return Profile(
+        runs=n,
+        profile=out.name,
+        wall_s=session.duration,
+        cpu_s=session.cpu_time,
+        top_self_time=top,
+        p50_ms=latency.p50_ms,
+        p99_ms=latency.p99_ms,
+        n=latency.n,
+    )
 
 
 def find(frame: Frame | None, function: str, file_suffix: str) -> Frame | None:

@@ -8,13 +8,13 @@ import tempfile
 import time
 from contextlib import aclosing
 from pathlib import Path
-from typing import Any
 
 import nats
 from tests.stack import start_stack
 
 from bench import slow_tools
 from bench.processes import OPEN_BUS_ALICE, Bench
+from bench.results import InProcessResume, ProcessResume
 from runbus.client import RunbusClient, open_connection
 from runbus.embedded import EmbeddedNats
 from runbus.messages import RunCompleted, RunFailed, RunToolCall
@@ -22,14 +22,14 @@ from runbus.tokens import TokenVerifier
 from runbus_examples.scripted import ScriptedCall, ScriptedReply
 from runbus_examples.travel import tools as travel_tools
 from runbus_gateway.agents import AgentSpec
-from runbus_gateway.service import GatewayService
+from runbus_gateway.service import ACK_WAIT, GatewayService
 
 TOKEN = "dev-alice"
 TOOL_SECONDS = 0.3
 ids = itertools.count()
 
 
-async def processes(bench: Bench) -> dict[str, Any]:
+async def processes(bench: Bench) -> ProcessResume:
     """Kill (SIGKILL) the only gateway while a run waits on a 1 s tool; start a new gateway
     at once, as an orchestrator would; the time from the kill to `run.completed`. The run
     comes back when JetStream redelivers it, `ack_wait` after the last `in_progress`."""
@@ -56,13 +56,14 @@ async def processes(bench: Bench) -> dict[str, Any]:
         done_at = time.perf_counter()
     finally:
         await nc.drain()
-    return {
-        "kill_to_completed_s": done_at - killed_at,
-        "new_gateway_ready_s": ready_at - killed_at,
-    }
+    return ProcessResume(
+        kill_to_completed_s=done_at - killed_at,
+        new_gateway_ready_s=ready_at - killed_at,
+        ack_wait_s=ACK_WAIT,
+    )
 
 
-async def in_process(ack_wait: float, trials: int) -> dict[str, Any]:
+async def in_process(ack_wait: float, trials: int) -> InProcessResume:
     """`trials` runs, each losing its gateway (its connection closed: no ack, no cleanup reaches
     NATS) while a TOOL_SECONDS tool runs, a new replica up first; the kill → `run.completed`."""
     agent = AgentSpec(
@@ -78,12 +79,12 @@ async def in_process(ack_wait: float, trials: int) -> dict[str, Any]:
     # A server of its own: the run consumer's ack_wait is the last started gateway's.
     with tempfile.TemporaryDirectory() as tmp, EmbeddedNats(Path(tmp) / "js") as server:
         samples = await _kill_and_resume(server.url, Path(tmp), ack_wait, trials, agent, script)
-    return {
-        "ack_wait_s": ack_wait,
-        "tool_s": TOOL_SECONDS,
-        "kill_to_completed_s": statistics.median(samples),
-        "trials": samples,
-    }
+    return InProcessResume(
+        ack_wait_s=ack_wait,
+        tool_s=TOOL_SECONDS,
+        kill_to_completed_s=statistics.median(samples),
+        trials=samples,
+    )
 
 
 async def _kill_and_resume(

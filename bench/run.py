@@ -1,6 +1,7 @@
 """runbus benchmarks (`make bench`; `--quick` for a 1-2 minute smoke). Every comparison is
 measured in this one process run, against a baseline of the same run, because the machine is
-shared and noisy; bench/report.py writes results.json, results.md and the plots.
+shared and noisy; the sections fill in bench/results.py's records and bench/report/ writes
+results.json, results.md and the plots from them.
 
 1. floor: raw nats-py request/reply and JetStream publish on the same server.
 2. hop: the same round trip through runbus's `Bus.request` and `Service` base (msgspec body,
@@ -38,8 +39,9 @@ import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
+import msgspec
 import nats
 import uvloop
 from nats.aio.msg import Msg
@@ -63,6 +65,18 @@ from bench import (
     whole_run,
 )
 from bench.processes import OPEN_BUS_ALICE, REPO, process_stack
+from bench.results import (
+    Floor,
+    Hop,
+    InProcessRun,
+    Latency,
+    Machine,
+    Maf,
+    Meta,
+    Results,
+    SectionNumbers,
+    WholeRun,
+)
 from bench.timing import pct, timed
 from runbus import subjects
 from runbus.bus import Bus
@@ -77,7 +91,6 @@ from runbus.telemetry import create_tracer_provider
 from runbus_examples import AGENTS_DIR
 from runbus_examples.scripted import ScriptedCall, ScriptedReply
 from runbus_gateway.agents import AgentSpec, MemoryPolicy, load_agents
-from runbus_gateway.service import ACK_WAIT
 
 SCRIPT = [
     ScriptedReply(tool_calls=[ScriptedCall("get_weather", {"city": "Sydney"})]),
@@ -130,7 +143,7 @@ class EchoService(Service):
         return [Endpoint("echo", "bench.echo.runbus", COMPACT_REQUEST_DECODER, echo)]
 
 
-async def bench_hop(url: str, n: int) -> dict[str, dict[str, float]]:
+async def bench_hop(url: str, n: int) -> tuple[Floor, Hop]:
     """The physical floor (raw request/reply, JetStream publish) and one runbus hop."""
     print(f"\n[hop] one request/reply, 20-message prompt body ({len(encode(prompt()))} bytes)")
     server_nc, client_nc = await nats.connect(url), await nats.connect(url)
@@ -183,15 +196,12 @@ async def bench_hop(url: str, n: int) -> dict[str, dict[str, float]]:
     await service.stop()
     await server_nc.drain()
     await client_nc.drain()
-    return {
-        "request_reply": point(raw_p, n),
-        "js_publish": point(js_p, n),
-        "runbus": point(rb_p, n),
-    }
+    floor = Floor(request_reply=point(raw_p, n), js_publish=point(js_p, n))
+    return floor, Hop(runbus=point(rb_p, n))
 
 
-def point(p50_p99: tuple[float, float], n: int) -> dict[str, float]:
-    return {"p50_ms": p50_p99[0], "p99_ms": p50_p99[1], "n": n}
+def point(p50_p99: tuple[float, float], n: int) -> Latency:
+    return Latency(p50_ms=p50_p99[0], p99_ms=p50_p99[1], n=n)
 
 
 class HopCounter(SpanProcessor):
@@ -222,7 +232,7 @@ class HopCounter(SpanProcessor):
         self.names.clear()
 
 
-async def bench_run(url: str, n: int, in_flight: int, data_dir: Path) -> dict[str, Any]:
+async def bench_run(url: str, n: int, in_flight: int, data_dir: Path) -> InProcessRun:
     """The whole run with the six services in this process: latency, hops, CPU, runs/s."""
     print("\n[run] scripted agent: 4 model calls + 3 tool calls, services in one process")
     travel = load_agents(AGENTS_DIR)["travel"]
@@ -255,12 +265,12 @@ async def bench_run(url: str, n: int, in_flight: int, data_dir: Path) -> dict[st
         await asyncio.sleep(0.2)  # the last run's root span ends after its ack
         counter.clear()
         js = nc.jetstream()
-        events = (await js.stream_info(subjects.EVENTS_STREAM)).state.messages
+        stored = (await js.stream_info(subjects.EVENTS_STREAM)).state.messages
         cpu = time.process_time()
         samples = await timed(n, one)
         cpu_ms = (time.process_time() - cpu) * 1000 / n
         p50_p99 = summary("whole run, sequential", samples)
-        events = ((await js.stream_info(subjects.EVENTS_STREAM)).state.messages - events) / n
+        events = ((await js.stream_info(subjects.EVENTS_STREAM)).state.messages - stored) / n
         await asyncio.sleep(0.2)
         # A run with no span of a kind (events published without one) counts zero of it.
         hops = statistics.median_low(counter.hops.values()) if counter.hops else 0
@@ -281,76 +291,78 @@ async def bench_run(url: str, n: int, in_flight: int, data_dir: Path) -> dict[st
         rate = n / (time.perf_counter() - start)
         print(f"  throughput, {in_flight} runs in flight: {rate:7.1f} runs/s")
         await nc.drain()
-    return {
-        **point(p50_p99, n),
-        "hops_per_run": hops,
-        "events_per_run": events,
-        "publishes_per_run": publishes,
-        "spans_per_run": spans,
-        "cpu_ms_per_run": cpu_ms,
-        "runs_per_s": {str(in_flight): rate},
-    }
+    return InProcessRun(
+        p50_ms=p50_p99[0],
+        p99_ms=p50_p99[1],
+        n=n,
+        hops_per_run=hops,
+        events_per_run=events,
+        publishes_per_run=publishes,
+        spans_per_run=spans,
+        cpu_ms_per_run=cpu_ms,
+        runs_per_s={str(in_flight): rate},
+    )
 
 
-async def bench_maf(n: int, levels: tuple[int, ...], trials: int) -> dict[str, Any]:
+async def bench_maf(n: int, levels: tuple[int, ...], trials: int) -> Maf:
     print("\n[maf] the same agent in process on Microsoft Agent Framework (the anchor)")
     result = await maf.measure(n, levels, trials)
     print(
-        f"  whole run, sequential                  p50 {result['p50_ms']:7.3f} ms   "
-        f"p99 {result['p99_ms']:7.3f} ms   (n={n}; 3 tool calls checked per run)"
+        f"  whole run, sequential                  p50 {result.p50_ms:7.3f} ms   "
+        f"p99 {result.p99_ms:7.3f} ms   (n={n}; 3 tool calls checked per run)"
     )
     print(
-        f"  CPU per run {result['cpu_ms_per_run']:.2f} ms;  runs/s by clients: "
-        + ", ".join(f"{c}: {r:.0f}" for c, r in result["runs_per_s"].items())
+        f"  CPU per run {result.cpu_ms_per_run:.2f} ms;  runs/s by clients: "
+        + ", ".join(f"{c}: {r:.0f}" for c, r in result.runs_per_s.items())
     )
     return result
 
 
-async def bench_processes(args: argparse.Namespace) -> dict[str, Any]:
+async def bench_processes(args: argparse.Namespace, results: Results) -> None:
     """The deployment shape: each service its own process, gateways added and killed here."""
     print("\n[processes] the same agent, six services as separate processes, client here")
-    results: dict[str, Any] = {}
+    whole = results.whole_run = results.whole_run or WholeRun()
     async with process_stack(gateways=1) as stack:
         clients = await whole_run.Clients.open(stack.url)
         try:
             run = await whole_run.sequential(stack, clients, args.run_n)
-            cpu = run["cpu_ms_per_run"]
+            cpu = run.cpu_ms_per_run
             print(
-                f"  whole run, sequential, 1 gateway       p50 {run['p50_ms']:7.3f} ms   "
-                f"p99 {run['p99_ms']:7.3f} ms   (n={args.run_n})\n"
-                f"  CPU per run: services {cpu['services']:.2f} ms + nats-server "
-                f"{cpu['nats_server']:.2f} ms + client {cpu['client']:.2f} ms"
+                f"  whole run, sequential, 1 gateway       p50 {run.p50_ms:7.3f} ms   "
+                f"p99 {run.p99_ms:7.3f} ms   (n={args.run_n})\n"
+                f"  CPU per run: services {cpu.services:.2f} ms + nats-server "
+                f"{cpu.nats_server:.2f} ms + client {cpu.client:.2f} ms"
             )
-            results["runbus"] = run
-            results["rss_mib"] = stack.rss()
+            whole.runbus = run
+            results.rss_mib = stack.rss()
             messages = await whole_run.bus_messages(stack, clients, BUS_COUNT_RUNS)
-            results["messages"] = messages
-            kinds = messages["by_kind"]
+            # The ratio to the hops' floor divides this shape's latency: its own counts.
+            whole.messages = messages
+            whole.hops_per_run = messages.by_kind["request/reply hops"]
+            whole.events_per_run = messages.by_kind["run events"]
             print(
-                f"  per run on the bus ({messages['runs']} runs counted apart): "
-                + ", ".join(f"{v:g} {k}" for k, v in kinds.items() if v)
+                f"  per run on the bus ({messages.runs} runs counted apart): "
+                + ", ".join(f"{v:g} {k}" for k, v in messages.by_kind.items() if v)
                 + "\n  hops by subject: "
-                + ", ".join(f"{k} {v:g}" for k, v in messages["hops_by_subject"].items())
+                + ", ".join(f"{k} {v:g}" for k, v in messages.hops_by_subject.items())
                 + "\n  KV writes and other by subject: "
-                + ", ".join(f"{k} {v:g}" for k, v in messages["kv_and_other_by_subject"].items())
+                + ", ".join(f"{k} {v:g}" for k, v in messages.kv_and_other_by_subject.items())
             )
             print(
                 "  RSS after the runs (MiB): "
-                + ", ".join(f"{k} {v:.0f}" for k, v in results["rss_mib"].items())
+                + ", ".join(f"{k} {v:.0f}" for k, v in results.rss_mib.items())
             )
-            throughput: dict[str, Any] = {}
             for gateways in (1, 2):
                 if gateways > len(stack.gateways):
                     await stack.add_gateway()
                 print(f"  {gateways} gateway(s):")
-                throughput[str(gateways)] = await whole_run.matrix(
+                results.throughput[str(gateways)] = await whole_run.matrix(
                     clients,
                     args.levels,
                     args.run_n // args.trials,
                     args.trials,
                     cpu_seconds=lambda: sum(stack.cpu().values()) + time.process_time(),
                 )
-            results["throughput"] = throughput
             if not args.quick:
                 await stack.stop_gateway(stack.gateways[-1])
                 try:
@@ -358,22 +370,20 @@ async def bench_processes(args: argparse.Namespace) -> dict[str, Any]:
                 except Exception as exc:  # reported, the rest of the section still runs
                     print(f"  resume skipped: {type(exc).__name__}: {exc}")
                 else:
-                    resumed["ack_wait_s"] = ACK_WAIT
                     print(
                         f"  resume: gateway killed mid-run → run.completed in "
-                        f"{resumed['kill_to_completed_s']:.1f} s (ack_wait {ACK_WAIT:g} s; new "
-                        f"gateway ready after {resumed['new_gateway_ready_s']:.1f} s)"
+                        f"{resumed.kill_to_completed_s:.1f} s (ack_wait {resumed.ack_wait_s:g} s;"
+                        f" new gateway ready after {resumed.new_gateway_ready_s:.1f} s)"
                     )
-                    results["resume"] = resumed
+                    results.resume = resumed
             args.results_dir.mkdir(parents=True, exist_ok=True)
             profiled = await profile.gateway(
                 stack, clients, args.run_n, args.results_dir / "gateway_profile.txt"
             )
-            print(f"  gateway profile ({profiled['runs']} runs): {profiled['profile']}")
-            results["profile"] = profiled
+            print(f"  gateway profile ({profiled.runs} runs): {profiled.profile}")
+            results.profile = profiled
         finally:
             await clients.close()
-    return results
 
 
 class Tee(io.TextIOBase):
@@ -391,12 +401,13 @@ class Tee(io.TextIOBase):
         self.out.flush()
 
 
-async def section(name: str, quick: bool) -> tuple[str, dict[str, Any]]:
+async def section(name: str, quick: bool) -> tuple[str, SectionNumbers]:
     """Run bench/<name>.py's `run_benchmark`, smaller in a quick run; its text and numbers."""
     module = importlib.import_module(f"bench.{name}")
     kwargs = QUICK_KWARGS.get(name, {}) if quick else {}
     if quick and hasattr(module, "SIZES"):
-        module.SIZES = module.SIZES[:-1]  # 100k memories, 10k-message histories: full run only
+        # 100k memories, 10k-message histories: full run only.
+        vars(module)["SIZES"] = module.SIZES[:-1]
     for constant, value in QUICK_CONSTANTS.get(name, {}).items() if quick else ():
         setattr(module, constant, value)
     # What earlier sections left on the heap would make every gc.collect() of a timed loop
@@ -404,9 +415,9 @@ async def section(name: str, quick: bool) -> tuple[str, dict[str, Any]]:
     gc.collect()
     gc.freeze()
     tee = Tee(sys.stdout)
-    with contextlib.redirect_stdout(tee):  # type: ignore[type-var]
+    with contextlib.redirect_stdout(tee):
         numbers = await module.run_benchmark(**kwargs)
-    return tee.copy.getvalue(), numbers or {}
+    return tee.copy.getvalue(), msgspec.convert(numbers or {}, SectionNumbers)
 
 
 TARGET_SECTIONS = (
@@ -425,7 +436,7 @@ PARTIAL_RESULTS = Path(tempfile.gettempdir()) / "runbus-bench"
 BUS_COUNT_RUNS = 20
 """Sequential runs over which the processes section counts the messages of a run."""
 RESUME_ACK_WAIT = 1.5
-"""The in-process gateway's lowered ack_wait: the processes keep the default (ACK_WAIT)."""
+"""The in-process gateway's lowered ack_wait: the processes keep the default."""
 SECTIONS = ("history", "compaction", "model_router", "tools", "memory", "real_model")
 """Per-service benchmarks, each a module of this folder with `run_benchmark()`."""
 QUICK_CONSTANTS: dict[str, dict[str, int]] = {"tools": {"N_OVERHEAD": 500}}
@@ -436,7 +447,7 @@ QUICK_KWARGS: dict[str, dict[str, int]] = {
 }
 
 
-def machine() -> dict[str, Any]:
+def machine() -> Machine:
     model = next(
         (
             line.split(":", 1)[1].strip()
@@ -445,13 +456,13 @@ def machine() -> dict[str, Any]:
         ),
         platform.processor(),
     )
-    return {
-        "cpus": os.cpu_count(),
-        "cpu_model": model,
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
-    }
+    return Machine(
+        cpus=os.cpu_count(),
+        cpu_model=model,
+        platform=platform.platform(),
+        python=platform.python_version(),
+        memory_gb=round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+    )
 
 
 def git(*args: str) -> str:
@@ -462,16 +473,16 @@ def git(*args: str) -> str:
 
 async def main(args: argparse.Namespace) -> None:
     configure_logging("warning")
-    results: dict[str, Any] = {
-        "meta": {
-            "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
-            "commit": git("rev-parse", "--short", "HEAD"),
-            "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
-            "machine": machine(),
-            "quick": args.quick,
-            "loop": "uvloop",
-        }
-    }
+    results = Results(
+        meta=Meta(
+            timestamp=datetime.now(UTC).isoformat(timespec="seconds"),
+            commit=git("rev-parse", "--short", "HEAD"),
+            dirty=bool(git("status", "--porcelain", "--untracked-files=no")),
+            machine=machine(),
+            quick=args.quick,
+            loop="uvloop",
+        )
+    )
     began = time.perf_counter()
     starts: list[tuple[str, float]] = []
 
@@ -481,7 +492,7 @@ async def main(args: argparse.Namespace) -> None:
         if args.only not in (None, name) or (args.sections and name not in args.sections):
             return False
         if starts and args.only is None:
-            results["meta"]["completed_sections"] = [n for n, _ in starts]
+            results.meta.completed_sections = [n for n, _ in starts]
             report.write(results, args.results_dir)
         starts.append((name, time.perf_counter()))
         return True
@@ -489,61 +500,49 @@ async def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp, EmbeddedNats(Path(tmp) / "js") as server:
         print(f"runbus bench — nats-server {server.url}, uvloop, tracing on (no exporter)")
         if wanted("hop"):
-            hop = await bench_hop(server.url, args.hop_n)
-            results["floor"] = {
-                "request_reply": hop["request_reply"],
-                "js_publish": hop["js_publish"],
-            }
-            results["hop"] = {"runbus": hop["runbus"]}
+            results.floor, results.hop = await bench_hop(server.url, args.hop_n)
         if wanted("run"):
             in_process = await bench_run(server.url, args.run_n, 64, Path(tmp) / "data")
-            results.setdefault("whole_run", {})["in_process"] = in_process
-            results["whole_run"]["hops_per_run"] = in_process["hops_per_run"]
-            results["whole_run"]["events_per_run"] = in_process["events_per_run"]
+            results.whole_run = WholeRun(
+                in_process=in_process,
+                hops_per_run=in_process.hops_per_run,
+                events_per_run=in_process.events_per_run,
+            )
         if wanted("resume"):
             print(f"\n[resume] gateway lost mid-run, in process, ack_wait {RESUME_ACK_WAIT:g} s")
             lowered = await resume.in_process(RESUME_ACK_WAIT, 1 if args.quick else 5)
             print(
-                f"  kill → run.completed: median {lowered['kill_to_completed_s']:.2f} s "
-                f"(ack_wait {RESUME_ACK_WAIT:g} s + a {lowered['tool_s']:g} s tool run again)"
+                f"  kill → run.completed: median {lowered.kill_to_completed_s:.2f} s "
+                f"(ack_wait {RESUME_ACK_WAIT:g} s + a {lowered.tool_s:g} s tool run again)"
             )
-            results["resume_in_process"] = lowered
+            results.resume_in_process = lowered
     if wanted("maf"):
-        results["maf"] = await bench_maf(args.run_n, args.levels, args.trials)
+        results.maf = await bench_maf(args.run_n, args.levels, args.trials)
     if wanted("anchors"):
-        results["anchors"] = await anchors.measure(args.run_n, args.levels, args.trials)
+        results.anchors = await anchors.measure(args.run_n, args.levels, args.trials)
     if wanted("processes"):
-        processes = await bench_processes(args)
-        whole = results.setdefault("whole_run", {})
-        whole["runbus"] = processes.pop("runbus")
-        # The ratio to the hops' floor divides this shape's latency: its own counts.
-        messages = processes.pop("messages")
-        whole["messages"] = messages
-        whole["hops_per_run"] = messages["by_kind"]["request/reply hops"]
-        whole["events_per_run"] = messages["by_kind"]["run events"]
-        results.update(processes)
+        await bench_processes(args, results)
     if wanted("slow_model"):
         with tempfile.TemporaryDirectory() as tmp:
             levels = (1, 64) if args.quick else slow_model.LEVELS
             rounds = 1 if args.quick else slow_model.ROUNDS
-            results["slow_model"] = await slow_model.measure(levels, Path(tmp), rounds)
+            results.slow_model = await slow_model.measure(levels, Path(tmp), rounds)
     if wanted("overhead"):
-        results["overhead"] = await overhead.measure(5 if args.quick else 20)
+        results.overhead = await overhead.measure(5 if args.quick else 20)
     if wanted("session_length"):
         runs, rounds = (30, 1) if args.quick else (100, 3)
-        results["session_length"] = await session_length.measure(runs, rounds)
-    results["sections"] = {}
+        results.session_length = await session_length.measure(runs, rounds)
     for name in SECTIONS:
         if wanted(name):
             text, numbers = await section(name, args.quick)
-            results["sections"][name] = text
-            results.update(numbers)
+            results.sections[name] = text
+            results.add(numbers)
     ends = [t for _, t in starts[1:]] + [time.perf_counter()]
-    results["meta"]["section_s"] = {
+    results.meta.section_s = {
         name: round(end - start, 1) for (name, start), end in zip(starts, ends, strict=True)
     }
-    results["meta"]["duration_s"] = round(time.perf_counter() - began, 1)
-    results["meta"]["completed_sections"] = [name for name, _ in starts]
+    results.meta.duration_s = round(time.perf_counter() - began, 1)
+    results.meta.completed_sections = [name for name, _ in starts]
     written = report.write(results, args.results_dir)
     print(f"\nwrote {', '.join(str(p) for p in written)}")
     for target in report.targets(results):

@@ -5,9 +5,9 @@ whole session and ships it through the compaction hop). Sessions of both kinds a
 lockstep, run i of every session back to back, so the machine's noise falls on both alike."""
 
 import statistics
-from typing import Any
 
 from bench.processes import process_stack
+from bench.results import SessionLength, SessionVariant
 from bench.whole_run import Clients, warm
 
 WINDOW_TURNS = 4
@@ -32,7 +32,7 @@ EDGE = 5
 """Runs at each end of the session whose median is compared (first 5 against last 5)."""
 
 
-async def measure(runs: int = 100, rounds: int = 3) -> dict[str, Any]:
+async def measure(runs: int = 100, rounds: int = 3) -> SessionLength:
     print(
         f"\n[session length] runs 1…{runs} of one session, {rounds} session(s) per variant, "
         f"sliding window of {WINDOW_TURNS} turns"
@@ -49,18 +49,24 @@ async def measure(runs: int = 100, rounds: int = 3) -> dict[str, Any]:
                         samples[name][index].append(elapsed * 1000)
         finally:
             await clients.close()
-    results: dict[str, Any] = {"runs": runs, "rounds": rounds, "window_turns": WINDOW_TURNS}
+    variants: dict[str, SessionVariant] = {}
     for name, by_run in samples.items():
         first = statistics.median(s for run in by_run[:EDGE] for s in run)
         last = statistics.median(s for run in by_run[-EDGE:] for s in run)
-        results[name] = {
-            "run_ms": [statistics.median(run) for run in by_run],
-            "first_ms": first,
-            "last_ms": last,
-            "last_over_first": last / first,
-        }
+        variants[name] = SessionVariant(
+            run_ms=[statistics.median(run) for run in by_run],
+            first_ms=first,
+            last_ms=last,
+            last_over_first=last / first,
+        )
         print(
             f"  {name:<10} runs 1-{EDGE}: {first:6.1f} ms   runs {runs - EDGE + 1}-{runs}: "
             f"{last:6.1f} ms   ratio {last / first:.2f}x"
         )
-    return results
+    return SessionLength(
+        runs=runs,
+        rounds=rounds,
+        window_turns=WINDOW_TURNS,
+        windowed=variants.get("windowed"),
+        persisted=variants.get("persisted"),
+    )

@@ -18,10 +18,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from bench import postgres
 from bench.anchors import graph_anchor
 from bench.loopback_model import ModelServer, server_process
 from bench.processes import process_stack
+from bench.results import SlowModel
 from bench.timing import in_flight_round, pct, points_per_level
 from bench.whole_run import Clients
 
@@ -184,7 +187,7 @@ def maybe_postgres(results: dict[str, Any]) -> Iterator[postgres.Postgres | None
         yield None
 
 
-async def measure(levels: tuple[int, ...], tmp: Path, rounds: int = ROUNDS) -> dict[str, Any]:
+async def measure(levels: tuple[int, ...], tmp: Path, rounds: int = ROUNDS) -> SlowModel:
     print(
         f"\n[slow model] {LATENCY * 1000:.0f} ms loopback OpenAI server, openai SDK both sides; "
         f"systems take turns, {rounds} round(s) at 1 and {max(levels)} in flight"
@@ -216,4 +219,4 @@ async def measure(levels: tuple[int, ...], tmp: Path, rounds: int = ROUNDS) -> d
                     point = median_point(by_system[key])
                     results.setdefault(key, {})[str(level)] = point
                     _print_point(name, level, point)
-    return results
+    return msgspec.convert(results, SlowModel)

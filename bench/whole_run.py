@@ -8,13 +8,13 @@ import itertools
 import statistics
 import time
 from collections.abc import Callable
-from typing import Any
 
 import nats
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from bench.processes import Bench, service_login
+from bench.results import BusMessages, Latency, ProcessCpu, SequentialRun, ThroughputPoint
 from bench.timing import pct
 from runbus import subjects
 from runbus.client import RunbusClient, RunFailedError, open_connection
@@ -23,9 +23,9 @@ TOKEN = "dev-alice"
 _ids = itertools.count()
 
 
-def stats_ms(samples_s: list[float]) -> dict[str, float]:
+def stats_ms(samples_s: list[float]) -> Latency:
     ms = [s * 1000 for s in samples_s]
-    return {"p50_ms": statistics.median(ms), "p99_ms": pct(ms, 0.99), "n": len(ms)}
+    return Latency(p50_ms=statistics.median(ms), p99_ms=pct(ms, 0.99), n=len(ms))
 
 
 class Clients:
@@ -69,7 +69,7 @@ async def warm(clients: Clients, runs: int = 20, tries: int = 50) -> None:
             await asyncio.sleep(0.2)
 
 
-async def sequential(bench: Bench, clients: Clients, n: int) -> dict[str, Any]:
+async def sequential(bench: Bench, clients: Clients, n: int) -> SequentialRun:
     """`n` runs one after another: latency and CPU per run of every process."""
     await warm(clients)
     before, client_cpu = bench.cpu(), time.process_time()
@@ -77,16 +77,19 @@ async def sequential(bench: Bench, clients: Clients, n: int) -> dict[str, Any]:
     after, client_cpu = bench.cpu(), time.process_time() - client_cpu
     per_process = {k: (after[k] - before.get(k, 0.0)) * 1000 / n for k in after}
     services = sum(v for k, v in per_process.items() if k != "nats-server")
-    return {
-        **stats_ms(samples),
-        "cpu_ms_per_run": {
-            "services": services,
-            "nats_server": per_process.get("nats-server", 0.0),
-            "client": client_cpu * 1000 / n,
-            "total": services + per_process.get("nats-server", 0.0) + client_cpu * 1000 / n,
-            "by_process": per_process,
-        },
-    }
+    latency = stats_ms(samples)
+    return SequentialRun(
+        p50_ms=latency.p50_ms,
+        p99_ms=latency.p99_ms,
+        n=latency.n,
+        cpu_ms_per_run=ProcessCpu(
+            services=services,
+            nats_server=per_process.get("nats-server", 0.0),
+            client=client_cpu * 1000 / n,
+            total=services + per_process.get("nats-server", 0.0) + client_cpu * 1000 / n,
+            by_process=per_process,
+        ),
+    )
 
 
 BUS_KINDS = (
@@ -125,7 +128,7 @@ def bus_kind(msg: Msg) -> str:
     return "other"
 
 
-async def bus_messages(bench: Bench, clients: Clients, n: int) -> dict[str, Any]:
+async def bus_messages(bench: Bench, clients: Clients, n: int) -> BusMessages:
     """Messages per run on the services' account, by kind (BUS_KINDS) and by subject, seen by
     a subscription to every subject with the service credential over `n` sequential runs.
     Counted in runs of their own: the subscriber's copies would add to the timed runs' CPU."""
@@ -160,12 +163,7 @@ async def bus_messages(bench: Bench, clients: Clients, n: int) -> dict[str, Any]
     }
     for (kind, _), times in seen.items():
         by_kind[kind] += times / n
-    return {
-        "runs": n,
-        "by_kind": by_kind,
-        "hops_by_subject": hops,
-        "kv_and_other_by_subject": other,
-    }
+    return BusMessages(runs=n, by_kind=by_kind, hops_by_subject=hops, kv_and_other_by_subject=other)
 
 
 async def concurrent(
@@ -174,7 +172,7 @@ async def concurrent(
     total: int,
     trials: int,
     cpu_seconds: Callable[[], float] | None = None,
-) -> dict[str, Any]:
+) -> ThroughputPoint:
     """`trials` rounds of `total` runs, `in_flight` at a time: the median round's runs/s and
     the latency every run saw; with `cpu_seconds` (every process's CPU so far, the client's
     included), the CPU per run over the rounds."""
@@ -193,10 +191,15 @@ async def concurrent(
         start = time.perf_counter()
         await asyncio.gather(*(guarded() for _ in range(total)))
         rates.append(total / (time.perf_counter() - start))
-    point = {"runs_per_s": statistics.median(rates), "trials": rates, **stats_ms(samples)}
-    if cpu_seconds:
-        point["cpu_ms_per_run"] = (cpu_seconds() - cpu) * 1000 / (total * trials)
-    return point
+    latency = stats_ms(samples)
+    return ThroughputPoint(
+        runs_per_s=statistics.median(rates),
+        trials=rates,
+        p50_ms=latency.p50_ms,
+        p99_ms=latency.p99_ms,
+        n=latency.n,
+        cpu_ms_per_run=((cpu_seconds() - cpu) * 1000 / (total * trials) if cpu_seconds else None),
+    )
 
 
 async def matrix(
@@ -205,14 +208,16 @@ async def matrix(
     runs: int,
     trials: int,
     cpu_seconds: Callable[[], float] | None = None,
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, ThroughputPoint]:
     points = {}
     for in_flight in levels:
         point = await concurrent(clients, in_flight, max(runs, in_flight * 4), trials, cpu_seconds)
         points[str(in_flight)] = point
-        cpu = f"   CPU {point['cpu_ms_per_run']:.2f} ms/run" if "cpu_ms_per_run" in point else ""
+        cpu = (
+            f"   CPU {point.cpu_ms_per_run:.2f} ms/run" if point.cpu_ms_per_run is not None else ""
+        )
         print(
-            f"    {in_flight:>3} clients: {point['runs_per_s']:7.1f} runs/s   "
-            f"p50 {point['p50_ms']:7.1f} ms   p99 {point['p99_ms']:7.1f} ms{cpu}"
+            f"    {in_flight:>3} clients: {point.runs_per_s:7.1f} runs/s   "
+            f"p50 {point.p50_ms:7.1f} ms   p99 {point.p99_ms:7.1f} ms{cpu}"
         )
     return points
