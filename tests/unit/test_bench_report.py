@@ -1,37 +1,95 @@
-"""bench/report.py: the ratios, the target verdicts and the tables `make bench` writes."""
+"""bench/report/: the ratios, the target verdicts and the tables `make bench` writes, from
+typed results (bench/results.py) built here as JSON-shaped dicts and decoded as results.json
+is."""
 
 from typing import Any
 
+import msgspec
 import pytest
-from bench.report import durable_targets, markdown, ratio, targets, whole_run_rows
+from bench.report import markdown, targets
+from bench.report.cells import ratio
+from bench.report.runs import whole_run_rows
+from bench.report.targets import durable_targets
+from bench.results import Meta, Results, decode, encode
+
+META: dict[str, Any] = {
+    "timestamp": "t",
+    "commit": "abc1234",
+    "dirty": False,
+    "machine": {
+        "cpus": 2,
+        "cpu_model": "a CPU",
+        "platform": "Linux",
+        "python": "3.11.7",
+        "memory_gb": 8.0,
+    },
+    "quick": False,
+    "loop": "uvloop",
+}
+
+
+def typed(results: dict[str, Any]) -> Results:
+    return msgspec.convert(results, Results)
+
+
+def level_point(rate: float, p50: float) -> dict[str, Any]:
+    return {"runs_per_s": rate, "trials": [rate], "p50_ms": p50, "p99_ms": p50 * 2, "n": 300}
 
 
 def results() -> dict[str, Any]:
     return {
-        "meta": {"timestamp": "t", "commit": "abc1234", "machine": {"cpus": 2}},
+        "meta": META,
         "floor": {
-            "request_reply": {"p50_ms": 0.1, "p99_ms": 0.4},
-            "js_publish": {"p50_ms": 0.05, "p99_ms": 0.2},
+            "request_reply": {"p50_ms": 0.1, "p99_ms": 0.4, "n": 3000},
+            "js_publish": {"p50_ms": 0.05, "p99_ms": 0.2, "n": 3000},
         },
-        "hop": {"runbus": {"p50_ms": 0.125, "p99_ms": 0.6}},
+        "hop": {"runbus": {"p50_ms": 0.125, "p99_ms": 0.6, "n": 3000}},
         "maf": {
+            "n": 300,
             "p50_ms": 1.0,
             "p99_ms": 2.0,
             "cpu_ms_per_run": 1.0,
+            "tool_calls_per_run": 3,
+            "model_calls_per_run": 4,
             "runs_per_s": {"1": 800.0, "64": 1000.0},
         },
         "whole_run": {
             "hops_per_run": 18,
             "events_per_run": 10,
-            "runbus": {"p50_ms": 3.6, "p99_ms": 9.0, "cpu_ms_per_run": {"total": 12.0}},
+            "runbus": {
+                "p50_ms": 3.6,
+                "p99_ms": 9.0,
+                "n": 300,
+                "cpu_ms_per_run": {
+                    "services": 8.0,
+                    "nats_server": 2.0,
+                    "client": 2.0,
+                    "total": 12.0,
+                    "by_process": {},
+                },
+            },
         },
         "throughput": {
-            "1": {"1": {"runs_per_s": 40.0, "p50_ms": 25.0, "p99_ms": 50.0}},
-            "2": {"1": {"runs_per_s": 60.0, "p50_ms": 20.0, "p99_ms": 40.0}},
+            "1": {"1": level_point(40.0, 25.0)},
+            "2": {"1": level_point(60.0, 20.0)},
         },
         "tool_scaling": [
-            {"replicas": 1, "calls_per_s": 300.0, "ideal": 320.0, "p50_ms": 1, "p99_ms": 2},
-            {"replicas": 4, "calls_per_s": 1020.0, "ideal": 1280.0, "p50_ms": 1, "p99_ms": 2},
+            {
+                "replicas": 1,
+                "calls_per_s": 300.0,
+                "ideal": 320.0,
+                "p50_ms": 1,
+                "p99_ms": 2,
+                "calls": 320,
+            },
+            {
+                "replicas": 4,
+                "calls_per_s": 1020.0,
+                "ideal": 1280.0,
+                "p50_ms": 1,
+                "p99_ms": 2,
+                "calls": 1280,
+            },
         ],
     }
 
@@ -44,7 +102,7 @@ def test_ratio_divides_and_is_missing_without_a_usable_base() -> None:
 
 
 def test_each_target_is_judged_from_the_numbers_of_the_same_run() -> None:
-    hop, run, scaling, *_ = targets(results())
+    hop, run, scaling, *_ = targets(typed(results()))
 
     assert hop.measured == pytest.approx(1.25)
     assert hop.met is True  # the limit itself counts as met
@@ -55,13 +113,13 @@ def test_each_target_is_judged_from_the_numbers_of_the_same_run() -> None:
 
 
 def test_a_target_whose_numbers_are_missing_is_not_measured_rather_than_met() -> None:
-    every = targets({"floor": {"request_reply": {"p50_ms": 0.1}}})
+    every = targets(Results(meta=msgspec.convert(META, Meta)))
 
     assert [t.verdict for t in every] == ["not measured"] * len(every)
 
 
 def test_whole_run_rows_put_ratios_to_maf_and_to_the_floor_beside_the_numbers() -> None:
-    maf, runbus = whole_run_rows(results())
+    maf, runbus = whole_run_rows(typed(results()))
 
     assert maf[0].startswith("MAF")
     assert runbus == [
@@ -76,7 +134,7 @@ def test_whole_run_rows_put_ratios_to_maf_and_to_the_floor_beside_the_numbers() 
 
 
 def test_markdown_shows_each_ratio_next_to_the_absolute_number_it_comes_from() -> None:
-    text = markdown(results())
+    text = markdown(typed(results()))
 
     assert "| runbus Bus.request + Service | 0.125 | 1.25x | 0.600 | 1.50x |" in text
     assert "| per-hop overhead (p50) | 1.25x | ≤ 1.25x | met |" in text
@@ -89,17 +147,20 @@ def test_markdown_shows_each_ratio_next_to_the_absolute_number_it_comes_from() -
 def durable() -> dict[str, Any]:
     base = results()
     base["whole_run"]["runbus"]["cpu_ms_per_run"]["by_process"] = {"gateway#1": 6.0}
-    base["throughput"]["1"]["64"] = {
-        "runs_per_s": 90.0,
-        "p50_ms": 1.0,
-        "p99_ms": 2.0,
-        "cpu_ms_per_run": 9.0,
-    }
-    base["throughput"]["2"]["64"] = {"runs_per_s": 120.0, "p50_ms": 1.0, "p99_ms": 2.0}
+    base["throughput"]["1"]["64"] = {**level_point(90.0, 1.0), "cpu_ms_per_run": 9.0}
+    base["throughput"]["2"]["64"] = level_point(120.0, 1.0)
     base["anchors"] = {
-        "langgraph_memory": {"p50_ms": 8.0, "cpu_ms_per_run": 8.0, "runs_per_s": {"64": 100.0}},
+        "langgraph_memory": {
+            "n": 300,
+            "p50_ms": 8.0,
+            "p99_ms": 9.0,
+            "cpu_ms_per_run": 8.0,
+            "runs_per_s": {"64": 100.0},
+        },
         "langgraph_postgres": {
+            "n": 300,
             "p50_ms": 25.0,
+            "p99_ms": 30.0,
             "cpu_ms_per_run": 30.0,
             "cpu_ms_by_process": {"anchor": 20.0, "database": 10.0},
             "runs_per_s": {"64": 35.0},
@@ -109,8 +170,10 @@ def durable() -> dict[str, Any]:
 
     def level(rate: float, p50: float, failures: int = 0) -> dict[str, Any]:
         return {
+            "runs": 100,
             "runs_per_s": rate,
             "failures": failures,
+            "failure_kinds": ["unavailable: no gateway"] * failures,
             "p50_ms": p50,
             "p99_ms": p50,
             "cpu_ms_per_run": 1.0,
@@ -154,7 +217,7 @@ def durable() -> dict[str, Any]:
 
 
 def test_durable_targets_compare_with_langgraph_measured_in_the_same_run() -> None:
-    cpu, cpu64, rate, slow, overhead, session, memory, stack = durable_targets(durable())
+    cpu, cpu64, rate, slow, overhead, session, memory, stack = durable_targets(typed(durable()))
 
     assert cpu.measured == pytest.approx(12.0 / 30.0)
     assert cpu.met is True
@@ -175,7 +238,7 @@ def test_durable_targets_compare_with_langgraph_measured_in_the_same_run() -> No
 
 
 def test_markdown_says_why_a_durable_target_was_missed_and_plots_are_listed() -> None:
-    text = markdown(durable())
+    text = markdown(typed(durable()))
 
     assert "| memory service RSS, no agent using memory | 130 MiB | ≤ 120 MiB | **missed** |" in (
         text
@@ -192,7 +255,7 @@ def test_counts_that_were_not_measured_print_as_unknown_never_as_none() -> None:
     measured = durable()
     del measured["whole_run"]["hops_per_run"], measured["whole_run"]["events_per_run"]
 
-    text = markdown(measured)
+    text = markdown(typed(measured))
 
     assert "None" not in text
     assert "Per run: ? request/reply hops and ? run events" in text
@@ -208,7 +271,7 @@ def test_markdown_shows_a_runs_messages_by_kind_and_hop_subject() -> None:
         "kv_and_other_by_subject": {"$KV.RUNBUS_SESSIONS.…": 4.0},
     }
 
-    text = markdown(measured)
+    text = markdown(typed(measured))
 
     assert "1 run requests, 18 request/reply hops, 10 run events" in text
     assert "`runbus.history.append` 4, `runbus.model.complete` 4" in text
@@ -226,16 +289,19 @@ def test_markdown_says_what_bounds_a_level_and_where_one_runs_overhead_goes() ->
         "late_p99_ms": 2.0,
         "body_p99_ms": 300.0,
         "lag_p99_ms": 1.5,
+        "lag_max_ms": 3.0,
+        "calls": 4000,
     }
     measured["overhead"] = {
         "runs": 20,
+        "traced": 20,
         "latency_ms": 300.0,
         "overhead_p50_ms": 60.0,
         "parts_ms": {"model call beyond the model's latency (HTTP)": 24.0},
         "model_server": {"late_p50_ms": 1.0, "cpu_ms_per_call": 0.4},
     }
 
-    text = markdown(measured)
+    text = markdown(typed(measured))
 
     assert (
         "| 1000 | runbus, six processes | 55.0 / 60.0 / 62.0 | 0.10 | 0.400 | 2.000 | 300.0 "
@@ -258,9 +324,29 @@ def test_a_missed_cpu_target_is_explained_with_the_cost_where_requests_overlap()
         "kv_and_other_by_subject": {},
     }
 
-    text = markdown(measured)
+    text = markdown(typed(measured))
 
     assert "| CPU per run vs LangGraph + Postgres, runs one at a time | 0.90x |" in text
     assert "| CPU per run vs LangGraph + Postgres, 64 clients | 0.25x |" in text
     assert "A run puts 29 messages on the services' bus" in text
     assert "cost 9.000 ms each (LangGraph + Postgres 36.0 ms)" in text
+
+
+def test_results_json_renders_the_same_report_after_a_round_trip() -> None:
+    measured = typed(durable())
+
+    assert markdown(decode(encode(measured))) == markdown(measured)
+
+
+@pytest.mark.parametrize(
+    ("section", "field"),
+    [("floor", "request_reply"), ("maf", "runs_per_s"), ("session_length", "window_turns")],
+)
+def test_a_section_missing_a_field_is_refused_before_anything_is_rendered(
+    section: str, field: str
+) -> None:
+    measured = durable()
+    del measured[section][field]
+
+    with pytest.raises(msgspec.ValidationError, match=f"missing required field `{field}`"):
+        typed(measured)
