@@ -55,10 +55,10 @@ chaos: setup ## Kill matrix, NATS restart, fuzz and isolation sweep at full size
 	RUNBUS_CHAOS=full RUNBUS_CHAOS_REPORT=bench/results/chaos.md $(UV_RUN) pytest tests/chaos --timeout 1800
 
 .PHONY: lint
-lint: setup ## Ruff (lint and format check), mypy --strict (tests/ too), codespell, compose and k8s schemas
+lint: setup ## Ruff (lint and format check), mypy --strict (tests/ and bench/ too), codespell, compose and k8s schemas
 	$(UV_RUN) ruff check .
 	$(UV_RUN) ruff format --check .
-	$(UV_RUN) mypy shared/src services/*/src examples/src tests
+	$(UV_RUN) --group bench mypy shared/src services/*/src examples/src tests bench
 	$(UV_RUN) codespell
 	$(UV_RUN) check-jsonschema --builtin-schema vendor.compose-spec compose.yaml compose.cluster.yaml
 	$(UV_RUN) kubernetes-validate --strict -k 1.33.0 $(filter-out %/kustomization.yaml,$(wildcard deploy/k8s/*.yaml))
