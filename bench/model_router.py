@@ -35,6 +35,7 @@ from nats.aio.msg import Msg
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.loopback_model import reply_for, server_process
+from bench.results import FirstDelta, ProviderCpu, SectionNumbers, Streaming
 from bench.timing import pct, timed
 from runbus import subjects
 from runbus.bus import Bus
@@ -269,7 +270,7 @@ class PacedModel:
         )
 
 
-async def bench_first_delta(url: str, n: int) -> dict[str, dict[str, float]]:
+async def bench_first_delta(url: str, n: int) -> Streaming:
     gap = 0.002
     print(
         f"\n[streaming] time to the first text delta; the provider writes a word "
@@ -328,10 +329,10 @@ async def bench_first_delta(url: str, n: int) -> dict[str, dict[str, float]]:
     await service.stop()
     await server_nc.drain()
     await client_nc.drain()
-    return {
-        "direct": {"p50_us": d[0], "p99_us": d[1], "n": n},
-        "bus": {"p50_us": b[0], "p99_us": b[1], "n": n},
-    }
+    return Streaming(
+        direct=FirstDelta(p50_us=d[0], p99_us=d[1], n=n),
+        bus=FirstDelta(p50_us=b[0], p99_us=b[1], n=n),
+    )
 
 
 # -- 4. provider CPU ------------------------------------------------------------------------
@@ -526,7 +527,7 @@ async def _one_run(router: Router) -> int:
     return deltas
 
 
-async def bench_provider_cpu(runs_per_round: int, rounds: int = 5) -> dict[str, Any]:
+async def bench_provider_cpu(runs_per_round: int, rounds: int = 5) -> dict[str, ProviderCpu]:
     print(
         "\n[provider CPU] router CPU per model call (Router.complete with spans and metrics) "
         "against a loopback OpenAI-compatible server in its own process, a run's 4 calls"
@@ -538,7 +539,7 @@ async def bench_provider_cpu(runs_per_round: int, rounds: int = 5) -> dict[str, 
             ("bench.loopback_model", "--latency", "0"),
         ),
     }
-    results: dict[str, Any] = {}
+    results: dict[str, ProviderCpu] = {}
     for key, (label, command) in servers.items():
         with server_process(*command) as server:
             print(f"  {label}:")
@@ -546,7 +547,7 @@ async def bench_provider_cpu(runs_per_round: int, rounds: int = 5) -> dict[str, 
     return results
 
 
-async def _provider_cpu(url: str, runs_per_round: int, rounds: int) -> dict[str, Any]:
+async def _provider_cpu(url: str, runs_per_round: int, rounds: int) -> ProviderCpu:
     import openai
 
     backend = BackendConfig(base_url=url, max_tokens_param="max_tokens")
@@ -588,16 +589,16 @@ async def _provider_cpu(url: str, runs_per_round: int, rounds: int) -> dict[str,
         f"{(medians['sdk'] - medians['msgspec']) * 4 / 1000:.2f} ms less per run of 4 calls "
         f"({rounds} rounds x {calls} calls each, {deltas['msgspec']} text deltas per run)"
     )
-    return {
-        "cpu_us_per_call": medians,
-        "cpu_us_rounds": cpu,
-        "ratio_msgspec_over_sdk": ratio,
-        "calls_per_round": calls,
-        "rounds": rounds,
-    }
+    return ProviderCpu(
+        cpu_us_per_call=medians,
+        cpu_us_rounds=cpu,
+        ratio_msgspec_over_sdk=ratio,
+        calls_per_round=calls,
+        rounds=rounds,
+    )
 
 
-async def run_benchmark(n: int = 3000) -> dict[str, dict[str, dict[str, float]]]:
+async def run_benchmark(n: int = 3000) -> SectionNumbers:
     configure_logging("warning")
     with tempfile.TemporaryDirectory() as tmp, EmbeddedNats(Path(tmp) / "js") as server:
         print(f"runbus model router bench — nats-server {server.url}, tracing on (no exporter)")
@@ -605,7 +606,7 @@ async def run_benchmark(n: int = 3000) -> dict[str, dict[str, dict[str, float]]]
         await bench_over_the_bus(server.url, n)
         streaming = await bench_first_delta(server.url, n // 10)
     provider = await bench_provider_cpu(max(10, n // 100))
-    return {"streaming": streaming, "model_router_provider_cpu": provider}
+    return SectionNumbers(streaming=streaming, model_router_provider_cpu=provider)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import httpx
 import nats
@@ -24,6 +23,7 @@ import uvloop
 from tests.stack import start_stack
 
 from bench.processes import OPEN_BUS_ALICE
+from bench.results import RealModel, SectionNumbers
 from runbus import ops
 from runbus.client import RunbusClient
 from runbus.embedded import EmbeddedNats
@@ -106,7 +106,7 @@ def ms(samples: list[float]) -> float:
     return round(statistics.median(samples) * 1000, 2)
 
 
-async def run_benchmark() -> dict[str, Any]:
+async def run_benchmark() -> SectionNumbers:
     configure_logging("warning")
     agents = {
         "story": AgentSpec(
@@ -152,36 +152,33 @@ async def run_benchmark() -> dict[str, Any]:
     first = {k: ms([f for f, _, _ in v]) for k, v in raw.items()}
     per_token = {k: ms([p for _, p, _ in v]) for k, v in raw.items()}
     whole = {k: ms([w for _, _, w in v]) for k, v in raw.items()}
-    numbers = {
-        "real_model": {
-            "first_token_ms": first,
-            "per_token_ms": per_token,
-            "first_token_ratio": round(first["runbus"] / first["direct"], 2),
-            "per_token_ratio": round(per_token["runbus"] / per_token["direct"], 2),
-            "whole_reply_ms": whole,
-            "whole_reply_ratio": round(whole["runbus"] / whole["direct"], 2),
-            "cancel_to_idle_ms": ms(cancels),
-            "cancel_to_idle_max_ms": round(max(cancels) * 1000, 2),
-        }
-    }
-    r = numbers["real_model"]
+    r = RealModel(
+        first_token_ms=first,
+        per_token_ms=per_token,
+        first_token_ratio=round(first["runbus"] / first["direct"], 2),
+        per_token_ratio=round(per_token["runbus"] / per_token["direct"], 2),
+        whole_reply_ms=whole,
+        whole_reply_ratio=round(whole["runbus"] / whole["direct"], 2),
+        cancel_to_idle_ms=ms(cancels),
+        cancel_to_idle_max_ms=round(max(cancels) * 1000, 2),
+    )
     print(
         f"  first token   direct {first['direct']:8.1f} ms   runbus {first['runbus']:8.1f} ms"
-        f"   ratio {r['first_token_ratio']}"
+        f"   ratio {r.first_token_ratio}"
     )
     print(
         f"  per token     direct {per_token['direct']:8.2f} ms   runbus "
-        f"{per_token['runbus']:8.2f} ms   ratio {r['per_token_ratio']}"
+        f"{per_token['runbus']:8.2f} ms   ratio {r.per_token_ratio}"
     )
     print(
         f"  whole reply   direct {whole['direct']:8.1f} ms   runbus {whole['runbus']:8.1f} ms"
-        f"   ratio {r['whole_reply_ratio']}"
+        f"   ratio {r.whole_reply_ratio}"
     )
     print(
-        f"  cancel → idle median {r['cancel_to_idle_ms']} ms, max {r['cancel_to_idle_max_ms']} ms"
+        f"  cancel → idle median {r.cancel_to_idle_ms} ms, max {r.cancel_to_idle_max_ms} ms"
         f" ({CANCELS} runs)"
     )
-    return numbers
+    return SectionNumbers(real_model=r)
 
 
 if __name__ == "__main__":

@@ -300,7 +300,8 @@ class SectionNumbers(Record, kw_only=True, omit_defaults=True):
 
     tool_scaling: list[ToolScalingPoint] = []
     streaming: Streaming | None = None
-    model_router_provider_cpu: ProviderCpu | None = None
+    model_router_provider_cpu: dict[str, ProviderCpu] = {}
+    """By the loopback server's way of streaming (token chunks, whole replies)."""
     real_model: RealModel | None = None
 
 
@@ -327,7 +328,7 @@ class Results(Record, kw_only=True, omit_defaults=True):
     """Each per-service section's printed text."""
     tool_scaling: list[ToolScalingPoint] = []
     streaming: Streaming | None = None
-    model_router_provider_cpu: ProviderCpu | None = None
+    model_router_provider_cpu: dict[str, ProviderCpu] = {}
     real_model: RealModel | None = None
 
     def add(self, numbers: SectionNumbers) -> None:

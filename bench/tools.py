@@ -26,6 +26,7 @@ from nats.aio.msg import Msg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.results import SectionNumbers, ToolScalingPoint
 from runbus import subjects
 from runbus.embedded import EmbeddedNats
 from runbus.headers import RunContext
@@ -200,7 +201,7 @@ async def bench_overhead(url: str) -> None:
         await connection.drain()
 
 
-async def bench_scaling(url: str) -> list[dict[str, float]]:
+async def bench_scaling(url: str) -> list[ToolScalingPoint]:
     print(
         f"\n[scaling] 50 ms I/O tool, {IN_FLIGHT} calls in flight, "
         f"{SLOTS} concurrent calls per replica"
@@ -211,7 +212,7 @@ async def bench_scaling(url: str) -> list[dict[str, float]]:
     return points
 
 
-async def scaling_point(url: str, client: NATS, replicas: int) -> dict[str, float]:
+async def scaling_point(url: str, client: NATS, replicas: int) -> ToolScalingPoint:
     started = [await replica(url, bench_tools, max_concurrency=SLOTS) for _ in range(replicas)]
     total = 20 * SLOTS * replicas
     gate = asyncio.Semaphore(IN_FLIGHT)
@@ -239,21 +240,21 @@ async def scaling_point(url: str, client: NATS, replicas: int) -> dict[str, floa
     for nc, service in started:
         await service.stop()
         await nc.drain()
-    return {
-        "replicas": replicas,
-        "calls_per_s": total / elapsed,
-        "ideal": ideal,
-        "p50_ms": statistics.median(latencies) * 1000,
-        "p99_ms": pct(latencies, 0.99) * 1000,
-        "calls": total,
-    }
+    return ToolScalingPoint(
+        replicas=replicas,
+        calls_per_s=total / elapsed,
+        ideal=ideal,
+        p50_ms=statistics.median(latencies) * 1000,
+        p99_ms=pct(latencies, 0.99) * 1000,
+        calls=total,
+    )
 
 
-async def run_benchmark() -> dict[str, Any]:
+async def run_benchmark() -> SectionNumbers:
     print("tool executor bench")
     with tempfile.TemporaryDirectory() as tmp, EmbeddedNats(Path(tmp) / "js") as server:
         await bench_overhead(server.url)
-        return {"tool_scaling": await bench_scaling(server.url)}
+        return SectionNumbers(tool_scaling=await bench_scaling(server.url))
 
 
 if __name__ == "__main__":

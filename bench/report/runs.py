@@ -178,8 +178,8 @@ def streaming_section(results: Results) -> list[str]:
                 "run.text_delta at a bus subscriber",
                 f"{bus.p50_us:.0f}",
                 f"{bus.p99_us:.0f}",
-                f"+{bus.p50_us - direct.p50_us:.0f}",
-                f"+{bus.p99_us - direct.p99_us:.0f}",
+                f"{bus.p50_us - direct.p50_us:+.0f}",
+                f"{bus.p99_us - direct.p99_us:+.0f}",
             ],
         ],
     )
