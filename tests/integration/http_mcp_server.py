@@ -34,6 +34,7 @@ def guarded(app: ASGIApp, token: str) -> ASGIApp:
 async def main() -> None:
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
+    listener.listen()  # connections wait in the backlog until the server accepts them
     print(listener.getsockname()[1], flush=True)
     app = guarded(server.streamable_http_app(), os.environ["MCP_TOKEN"])
     config = uvicorn.Config(app, log_level="warning", lifespan="on")

@@ -1,8 +1,9 @@
 """An MCP stdio server that misbehaves on request, speaking raw JSON-RPC so it can do what
 a well-made SDK server never would: `crash` exits mid-call, `hang` never answers (and writes
-each `notifications/cancelled` it gets to the file named by `ROGUE_LOG`), `garbage` answers with
-a result that is not MCP, `freeze` stops reading its input (pings too), `picture` draws 10 KiB,
-`grow` adds a tool and says the list changed. `echo` behaves."""
+each `notifications/cancelled` it gets to the file named by `ROGUE_LOG`), `garbage` answers
+with a result that is not MCP, `freeze` stops reading its input (pings too), `babble` prints a
+stray line first, `picture` draws 10 KiB, `grow` adds a tool and says the list changed.
+`echo` behaves."""
 
 import base64
 import json
@@ -58,6 +59,12 @@ tools: list[dict[str, Any]] = [
     },
     {"name": "grow", "description": "Add a tool.", "inputSchema": EMPTY},
     {
+        "name": "babble",
+        "description": "Print a stray line, then answer.",
+        "inputSchema": EMPTY,
+        "annotations": {"readOnlyHint": True},
+    },
+    {
         "name": "picture",
         "description": "Draw a picture.",
         "inputSchema": EMPTY,
@@ -104,6 +111,9 @@ def answer(call: dict[str, Any]) -> dict[str, Any] | None:
         os._exit(3)
     if name == "hang":
         return None
+    if name == "babble":
+        sys.stdout.write("Loading plugins... done\n")
+        return text("babbled")
     if name == "picture":
         drawn = base64.b64encode(PICTURE).decode()
         return {

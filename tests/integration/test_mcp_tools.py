@@ -16,6 +16,7 @@ import pytest
 from nats.aio.client import Client as NATS
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from structlog.testing import capture_logs
 
 from runbus import blobs
 from runbus.headers import RunContext
@@ -269,6 +270,18 @@ async def test_an_error_or_a_non_mcp_answer_is_an_error_result(
 
     assert reply.outcome == "result"
     assert reply.result.error == error
+
+
+async def test_a_stray_line_on_the_servers_output_is_logged_and_the_call_still_answered(
+    start: Start, nc: NATS, rogue_log: Path
+) -> None:
+    await start(rogue(rogue_log))
+
+    with capture_logs() as logs:
+        reply = await invoke(nc, "rogue__babble", {})
+
+    assert reply.result.result == "babbled"
+    assert any(e["event"] == "mcp_transport_error" for e in logs)
 
 
 async def test_an_oversized_result_is_cut_to_the_cap_with_a_note(

@@ -160,7 +160,9 @@ class McpServer:
         span.set_attribute("mcp.method.name", "tools/call")
         span.set_attribute("runbus.mcp.server", self.name)
         span.set_attribute("runbus.mcp.tool", tool)
-        span.set_attribute("network.transport", "pipe" if self.config.command else "tcp")
+        span.set_attribute(
+            "network.transport", "pipe" if self.config.transport == "stdio" else "tcp"
+        )
         if self.protocol_version:
             span.set_attribute("mcp.protocol.version", self.protocol_version)
         if self.session_id:
@@ -356,7 +358,9 @@ class McpServer:
                 log.info("mcp_tools_changed", server=self.name)
                 self._relist.set()
             case Exception():
-                log.warning("mcp_server_sent_garbage", server=self.name, error=str(message)[:200])
+                # A line that is not JSON-RPC (stdio), a failed HTTP exchange: the call it
+                # belonged to, if any, ends at its timeout; a dead server fails its next ping.
+                log.warning("mcp_transport_error", server=self.name, error=str(message)[:200])
 
 
 def _reason(exc: BaseException) -> str:
