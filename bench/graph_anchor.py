@@ -24,6 +24,7 @@ from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
@@ -34,6 +35,7 @@ from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 
 from bench import maf
+from bench.results import AnchorPoint, SlowPoint
 from bench.timing import in_flight_round, pct, points_per_level, runs_per_s
 
 SAVERS = ("memory", "sqlite", "postgres")
@@ -268,7 +270,7 @@ def peak_mib() -> float:
 
 async def floor(
     graph: Any, n: int, levels: list[int], trials: int, db_pid: int | None
-) -> dict[str, Any]:
+) -> AnchorPoint:
     """Zero-latency model: latency and CPU per run (this process + the database server),
     runs/s at each number of clients (median of `trials` rounds)."""
     for _ in range(20):
@@ -291,18 +293,18 @@ async def floor(
         cpu_seconds=lambda: time.process_time() + tree_cpu(db_pid),
     )
     ms = [s * 1000 for s in samples]
-    return {
-        "n": n,
-        "p50_ms": statistics.median(ms),
-        "p99_ms": pct(ms, 0.99),
-        "cpu_ms_per_run": own_ms + db_ms,
-        "cpu_ms_by_process": {"anchor": own_ms, "database": db_ms},
-        "runs_per_s": rates.runs_per_s,
-        "cpu_ms_per_run_by_clients": rates.cpu_ms_per_run,
-    }
+    return AnchorPoint(
+        n=n,
+        p50_ms=statistics.median(ms),
+        p99_ms=pct(ms, 0.99),
+        cpu_ms_per_run=own_ms + db_ms,
+        cpu_ms_by_process={"anchor": own_ms, "database": db_ms},
+        runs_per_s=rates.runs_per_s,
+        cpu_ms_per_run_by_clients=rates.cpu_ms_per_run,
+    )
 
 
-async def in_flight(graph: Any, levels: list[int], db_pid: int | None) -> dict[str, Any]:
+async def in_flight(graph: Any, levels: list[int], db_pid: int | None) -> dict[str, SlowPoint]:
     """A slow model: at each level, that many runs at once (a few rounds at 1): runs/s,
     latency, failures, peak RSS of this process and the database's RSS."""
 
@@ -312,7 +314,7 @@ async def in_flight(graph: Any, levels: list[int], db_pid: int | None) -> dict[s
         return time.perf_counter() - start
 
     await one_run(graph)
-    points: dict[str, Any] = {}
+    points: dict[str, SlowPoint] = {}
     for level in levels:
         total = points_per_level(level)
         reset_peak()
@@ -321,20 +323,20 @@ async def in_flight(graph: Any, levels: list[int], db_pid: int | None) -> dict[s
             timed_run, level, total, lambda exc: type(exc).__name__
         )
         ms = [s * 1000 for s in samples] or [float("nan")]
-        points[str(level)] = {
-            "runs": total,
-            "runs_per_s": len(samples) / elapsed,
-            "failures": len(failures),
-            "failure_kinds": sorted(set(failures)),
-            "p50_ms": statistics.median(ms),
-            "p99_ms": pct(ms, 0.99),
-            "cpu_ms_per_run": (time.process_time() + tree_cpu(db_pid) - cpu) * 1000 / total,
-            "peak_rss_mib": {"anchor": peak_mib(), "database": tree_rss_mib(db_pid)},
-        }
+        points[str(level)] = SlowPoint(
+            runs=total,
+            runs_per_s=len(samples) / elapsed,
+            failures=len(failures),
+            failure_kinds=sorted(set(failures)),
+            p50_ms=statistics.median(ms),
+            p99_ms=pct(ms, 0.99),
+            cpu_ms_per_run=(time.process_time() + tree_cpu(db_pid) - cpu) * 1000 / total,
+            peak_rss_mib={"anchor": peak_mib(), "database": tree_rss_mib(db_pid)},
+        )
     return points
 
 
-async def main(args: argparse.Namespace) -> dict[str, Any]:
+async def main(args: argparse.Namespace) -> AnchorPoint | dict[str, SlowPoint]:
     async with saver_of(args.saver, args.dsn) as saver:
         graph = build(saver, args.model_url)
         levels = [int(x) for x in args.levels.split(",")]
@@ -354,4 +356,6 @@ if __name__ == "__main__":
     parser.add_argument("--n", type=int, default=300)
     parser.add_argument("--levels", default="1,8,64")
     parser.add_argument("--trials", type=int, default=3)
-    print(json.dumps(uvloop.run(main(parser.parse_args()))))
+    # One line of JSON, the last of the output: what bench/anchors.py reads back. The json
+    # module keeps a NaN latency (every run failed) as NaN, where msgspec would write null.
+    print(json.dumps(msgspec.to_builtins(uvloop.run(main(parser.parse_args())))))
