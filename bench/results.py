@@ -2,13 +2,14 @@
 bench/run.py from the sections that measure, read by bench/report/ and stored as
 results.json. Dicts keyed by a number of clients, gateways or runs in flight use its string."""
 
-from typing import Literal
+from typing import Literal, assert_never
 
 import msgspec
 
 
 class Record(msgspec.Struct, kw_only=True):
-    """Base of every result record."""
+    """Base of every result record. msgspec applies kw_only to a class's own fields only, so
+    each record says it again (a required field may then follow a defaulted one)."""
 
 
 class Machine(Record, kw_only=True):
@@ -222,6 +223,8 @@ class SlowModel(Record, kw_only=True):
                 return self.langgraph_memory
             case "langgraph_postgres":
                 return self.langgraph_postgres
+            case _:
+                assert_never(system)
 
 
 class OverheadModelServer(Record, kw_only=True):
