@@ -208,7 +208,7 @@ def _check(request: web.Request, envelope: JsonRpcRequest) -> None:
 
 def _envelope_error(exc: Undecodable) -> A2AError | JSONRPCError:
     if exc.malformed:
-        return JSONParseError(message=f"not JSON: {exc.reason}")
+        return JSONParseError(message=exc.reason)
     return InvalidRequestError(f"not a JSON-RPC 2.0 request: {exc.reason}")
 
 
