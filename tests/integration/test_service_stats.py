@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import nats
 import nats.errors
 import pytest
 from nats.aio.client import Client as NATS
@@ -22,6 +21,7 @@ from runbus.headers import ERROR, RunContext
 from runbus.messages.model import ModelRequest, ModelResponse
 from runbus.service import API_GROUP, Endpoint, Service
 from tests.helpers import eventually
+from tests.integration.model_provider import Reply, ask, loopback, refusal, router
 from tests.stack import SecuredNats
 
 RUNBUS = str(Path(sys.executable).parent / "runbus")
@@ -83,22 +83,45 @@ async def status_json(nats_server: SecuredNats) -> dict[str, Any]:
     return status
 
 
-async def test_three_failing_300ms_calls_show_as_three_errors_averaging_300ms_in_status(
-    nats_server: SecuredNats, nc: NATS, model: FailingModel
+async def test_three_model_calls_failing_after_300ms_show_as_three_errors_averaging_300ms(
+    nats_server: SecuredNats, nc: NATS
 ) -> None:
-    for _ in range(3):
-        reply = await nc.request(ops.MODEL_COMPLETE.subject, request(), timeout=5)
-        assert reply.headers is not None
-        assert reply.headers.get(ERROR) == "unavailable"
+    routes = """
+[backends.lb]
+base_url = "{url}"
+[routes.cheap]
+[[routes.cheap.targets]]
+backend = "lb"
+model = "small-1"
+"""
+    async with loopback() as provider:
+        provider.default = lambda: Reply(status=400, error="no such model", delay=SLOW)
+        async with router(nats_server.url, routes.format(url=provider.base_url)):
+            for _ in range(3):
+                await refusal(nc, ask("hi"))
 
-    status = await status_json(nats_server)
+            status = await status_json(nats_server)
 
     (service,) = [s for s in status["services"] if s["name"] == "model_router"]
     (complete,) = [e for e in service["endpoints"] if e["name"] == ops.MODEL_COMPLETE.name]
-    assert complete["requests"] == 3
-    assert complete["errors"] == 3
+    assert (complete["requests"], complete["answered"], complete["errors"]) == (3, 3, 3)
     assert complete["average_ms"] >= SLOW * 1000
-    assert complete["last_error"] == "unavailable: the provider answered 503"
+    assert complete["last_error"] == "model_error: HTTP 400: no such model"
+
+
+async def test_a_failing_handler_counts_as_an_error_with_its_code_and_reason(
+    nc: NATS, model: FailingModel
+) -> None:
+    reply = await nc.request(ops.MODEL_COMPLETE.subject, request(), timeout=5)
+    assert reply.headers is not None
+    assert reply.headers.get(ERROR) == "unavailable"
+
+    (router_seen,) = [i for i in await discovery.discover(nc, wait=0.3) if i.name == "model_router"]
+
+    (complete,) = router_seen.endpoints
+    assert (complete.requests, complete.errors) == (1, 1)
+    assert complete.processing_ns >= SLOW * 1e9
+    assert complete.last_error == "unavailable: the provider answered 503"
 
 
 async def test_a_request_waiting_in_its_handler_does_not_hold_up_the_next_and_counts_as_received(
@@ -177,10 +200,12 @@ async def test_the_client_api_endpoints_form_one_group_on_unchanged_subjects(
 async def test_auth_is_listed_by_status_with_its_refused_connections_counted(
     nats_server: SecuredNats,
 ) -> None:
+    refused = NATS()
     with pytest.raises(nats.errors.Error):
-        await nats.connect(
+        await refused.connect(
             nats_server.client_url, token="not-a-token", allow_reconnect=False, connect_timeout=2
         )
+    await refused.close()
 
     status = await status_json(nats_server)
 
