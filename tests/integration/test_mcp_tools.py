@@ -11,6 +11,7 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import nats
 import pytest
 from nats.aio.client import Client as NATS
@@ -441,3 +442,34 @@ async def test_the_example_agent_calls_mcp_server_time_through_the_gateway(
     assert result["result"]["timezone"] == "Europe/Paris"
     assert events[-1]["text"].startswith("mcp-server-time says: ")
     assert result["result"]["datetime"] in events[-1]["text"]
+
+
+async def test_a_user_of_another_tenant_cannot_reach_an_mcp_server_kept_for_one(
+    nats_server: SecuredNats, nc: NATS, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", f"{BIN}:{os.environ.get('PATH', '')}")
+    deployment = load_deployment(EXAMPLE / "tools.toml")
+    acme_only = msgspec.structs.replace(deployment.mcp_servers[0], tenants=["acme"])
+    async with start_stack(
+        nats_server.url,
+        data_dir=tmp_path / "data",
+        agents=load_agents(EXAMPLE / "agents"),
+        scripts=load_scripts(EXAMPLE / "scripts.toml"),
+    ) as stack:
+        await stack.start_service(
+            ToolExecutorService,
+            registries=[],
+            deployment=Deployment(mcp_servers=[acme_only]),
+        )
+        events = await publish_and_collect(
+            nc,
+            "r-carol",
+            raw_request("r-carol", "What time is it in Paris?", agent="clock"),
+            subject="runbus.runs.clock",
+            token="dev-carol",
+        )
+
+    (result,) = (e["result"] for e in events if e["type"] == "run.tool_result")
+    assert result.get("result") is None
+    assert result["error"] == "no tool named 'time__get_current_time' is available to this run"
+    assert "Paris" not in events[-1]["text"]
