@@ -274,11 +274,6 @@ class Service:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    def _dispatcher(self, endpoint: Endpoint) -> Callable[[Request], Awaitable[None]]:
-        """The micro handler of `endpoint` (prefer `listen`, which also places it in its
-        group)."""
-        return self._bounded(endpoint.subject, self._server(endpoint))
-
     def _bounded(self, subject: str, serve: RawHandler) -> Callable[[Request], Awaitable[None]]:
         tally = self._tallies.setdefault(subject, _Tally())
 
