@@ -6,6 +6,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -220,6 +221,21 @@ async def test_a_hung_call_times_out_and_the_server_is_told_it_was_cancelled(
     assert hung.result.error == "tool 'rogue__hang' timed out after 0.5s."
     await eventually(lambda: "cancelled" in rogue_log.read_text(), what="notifications/cancelled")
     assert (await invoke(nc, "rogue__echo", {"text": "ok"}, call_id="c-2")).result.result == "ok"
+
+
+async def test_the_runs_deadline_cuts_an_mcp_call_shorter_than_its_timeout(
+    start: Start, nc: NATS, rogue_log: Path
+) -> None:
+    await start(rogue(rogue_log, timeout=30))
+    hurried = msgspec.structs.replace(ALICE, deadline=time.time() + 1.0)
+
+    started = time.monotonic()
+    hung = await invoke(nc, "rogue__hang", {}, ctx=hurried)
+
+    assert time.monotonic() - started < 2.0
+    assert hung.result.error is not None
+    assert hung.result.error.startswith("tool 'rogue__hang' timed out after 0.")
+    await eventually(lambda: "cancelled" in rogue_log.read_text(), what="notifications/cancelled")
 
 
 async def test_cancelling_the_run_ends_the_call_and_tells_the_server(
