@@ -20,7 +20,7 @@ import nats
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from runbus import subjects
+from runbus import ops, subjects
 from runbus.bus import Bus
 from runbus.embedded import EmbeddedNats
 from runbus.headers import RunContext
@@ -33,7 +33,6 @@ from runbus.messages import (
     encode,
 )
 from runbus.messages.compaction import (
-    COMPACT_RESULT_DECODER,
     CompactionStrategy,
     ContextWindowCompaction,
     HasToolCalls,
@@ -213,7 +212,10 @@ async def bench_bus() -> None:
 
                     async def hop(r: CompactRequest = request) -> object:
                         return await bus.request(
-                            subjects.COMPACTION_COMPACT, r, COMPACT_RESULT_DECODER, ctx=ctx
+                            subjects.COMPACTION_COMPACT,
+                            r,
+                            ops.COMPACTION_COMPACT.decode_reply,
+                            ctx=ctx,
                         )
 
                     ms = await median_ms(repetitions(n) // 2 + 3, hop)

@@ -11,13 +11,12 @@ import nats
 from nats.aio.client import Client as NATS
 from opentelemetry import trace
 
-from runbus import subjects
+from runbus import ops, subjects
 from runbus.bus import Bus
 from runbus.embedded import EmbeddedNats
 from runbus.headers import RunContext
 from runbus.messages import ChatMessage, HistoryAppend, HistoryLoad, TextContent, encode
-from runbus.messages.history import HISTORY_APPENDED_DECODER, HISTORY_LOADED_DECODER
-from runbus.messages.sessions import SESSION_OPENED_DECODER, SessionOpen
+from runbus.messages.sessions import SessionOpen
 from runbus.service import ServiceOptions
 from runbus.telemetry import create_tracer_provider
 from runbus_history.service import HistoryService
@@ -45,7 +44,10 @@ def _p(samples: list[float]) -> str:
 
 async def _fill(bus: Bus, ctx: RunContext, session_id: str, messages: int) -> None:
     await bus.request(
-        subjects.SESSIONS_OPEN, SessionOpen(session_id=session_id), SESSION_OPENED_DECODER, ctx=ctx
+        subjects.SESSIONS_OPEN,
+        SessionOpen(session_id=session_id),
+        ops.SESSIONS_OPEN.decode_reply,
+        ctx=ctx,
     )
     for run, start in enumerate(range(0, messages, PER_APPEND)):
         await bus.request(
@@ -54,7 +56,7 @@ async def _fill(bus: Bus, ctx: RunContext, session_id: str, messages: int) -> No
                 session_id=session_id,
                 messages=_messages(run, min(PER_APPEND, messages - start)),
             ),
-            HISTORY_APPENDED_DECODER,
+            ops.HISTORY_APPEND.decode_reply,
             ctx=ctx,
         )
 
@@ -87,7 +89,7 @@ async def run_benchmark(repeat: int = 200) -> None:
                 raw.append(time.perf_counter() - start)
                 start = time.perf_counter()
                 loaded = await bus.request(
-                    subjects.HISTORY_LOAD, load, HISTORY_LOADED_DECODER, ctx=ctx
+                    subjects.HISTORY_LOAD, load, ops.HISTORY_LOAD.decode_reply, ctx=ctx
                 )
                 served.append(time.perf_counter() - start)
             assert len(loaded.messages) == size
@@ -114,14 +116,17 @@ async def _appends(nc: NATS, bus: Bus, ctx: RunContext, count: int) -> None:
         )
     raw_rate = count / (time.perf_counter() - start)
     await bus.request(
-        subjects.SESSIONS_OPEN, SessionOpen(session_id="appends"), SESSION_OPENED_DECODER, ctx=ctx
+        subjects.SESSIONS_OPEN,
+        SessionOpen(session_id="appends"),
+        ops.SESSIONS_OPEN.decode_reply,
+        ctx=ctx,
     )
     start = time.perf_counter()
     for batch in batches:
         await bus.request(
             subjects.HISTORY_APPEND,
             HistoryAppend(session_id="appends", messages=batch),
-            HISTORY_APPENDED_DECODER,
+            ops.HISTORY_APPEND.decode_reply,
             ctx=ctx,
         )
     rate = count / (time.perf_counter() - start)

@@ -17,12 +17,12 @@ import numpy as np
 from opentelemetry import trace
 
 from bench.timing import timed
-from runbus import subjects
+from runbus import ops, subjects
 from runbus.bus import Bus
 from runbus.embedded import EmbeddedNats
 from runbus.headers import RunContext
 from runbus.messages import encode
-from runbus.messages.memory import MEMORY_STORED_DECODER, MemoryStore
+from runbus.messages.memory import MemoryStore
 from runbus.service import ServiceOptions
 from runbus.telemetry import create_tracer_provider
 from runbus_memory.core import MemoryRecord, StorageScope, memory_id
@@ -162,7 +162,7 @@ async def _store(n: int) -> None:
                     await bus.request(
                         subjects.MEMORY_STORE,
                         MemoryStore(texts=[f"request fact {i}"]),
-                        MEMORY_STORED_DECODER,
+                        ops.MEMORY_STORE.decode_reply,
                         ctx=caller,
                     )
 

@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.loopback_model import reply_for, server_process
 from bench.results import FirstDelta, ProviderCpu, SectionNumbers, Streaming
 from bench.timing import pct, timed
-from runbus import subjects
+from runbus import ops, subjects
 from runbus.bus import Bus
 from runbus.embedded import EmbeddedNats
 from runbus.headers import RunContext
@@ -52,7 +52,6 @@ from runbus.messages import (
     Usage,
     encode,
 )
-from runbus.messages.model import MODEL_REQUEST_DECODER, MODEL_RESPONSE_DECODER
 from runbus.service import Endpoint, Service, ServiceOptions
 from runbus.telemetry import create_tracer_provider
 from runbus_examples.models import default_routes
@@ -187,7 +186,7 @@ class EchoService(Service):
         async def echo(ctx: RunContext, request: ModelRequest) -> ModelResponse:
             return self.reply
 
-        return [Endpoint("echo", "bench.model.echo", MODEL_REQUEST_DECODER, echo)]
+        return [Endpoint("echo", "bench.model.echo", ops.MODEL_COMPLETE.decode, echo)]
 
 
 async def bench_over_the_bus(url: str, n: int) -> None:
@@ -220,10 +219,12 @@ async def bench_over_the_bus(url: str, n: int) -> None:
         await client_nc.request("bench.model.raw", body, timeout=5)
 
     async def framed() -> None:
-        await bus.request("bench.model.echo", request, MODEL_RESPONSE_DECODER, ctx=PLAIN)
+        await bus.request("bench.model.echo", request, ops.MODEL_COMPLETE.decode_reply, ctx=PLAIN)
 
     async def routed(ctx: RunContext) -> None:
-        await bus.request(subjects.MODEL_COMPLETE, request, MODEL_RESPONSE_DECODER, ctx=ctx)
+        await bus.request(
+            subjects.MODEL_COMPLETE, request, ops.MODEL_COMPLETE.decode_reply, ctx=ctx
+        )
 
     samples = await interleaved(
         n,
@@ -312,7 +313,9 @@ async def bench_first_delta(url: str, n: int) -> Streaming:
         nonlocal first
         first = asyncio.get_running_loop().create_future()
         start = time.perf_counter()
-        await bus.request(subjects.MODEL_COMPLETE, request, MODEL_RESPONSE_DECODER, ctx=PLAIN)
+        await bus.request(
+            subjects.MODEL_COMPLETE, request, ops.MODEL_COMPLETE.decode_reply, ctx=PLAIN
+        )
         return await first - start
 
     for _ in range(20):

@@ -77,14 +77,13 @@ from bench.results import (
     WholeRun,
 )
 from bench.timing import pct, timed
-from runbus import subjects
+from runbus import ops, subjects
 from runbus.bus import Bus
 from runbus.client import RunbusClient
 from runbus.embedded import EmbeddedNats
 from runbus.headers import RunContext
 from runbus.logs import configure_logging
 from runbus.messages import ChatMessage, CompactRequest, CompactResult, TextContent, encode
-from runbus.messages.compaction import COMPACT_RESULT_DECODER
 from runbus.service import Endpoint, Service, ServiceOptions
 from runbus.telemetry import create_tracer_provider
 from runbus_examples import AGENTS_DIR
@@ -132,14 +131,13 @@ class EchoService(Service):
     name = "bench_echo"
 
     def endpoints(self) -> list[Endpoint]:
-        from runbus.messages.compaction import COMPACT_REQUEST_DECODER
 
         async def echo(ctx: RunContext, request: CompactRequest) -> CompactResult:
             return CompactResult(
                 messages=request.messages, groups=[], total_tokens=0, compacted=False
             )
 
-        return [Endpoint("echo", "bench.echo.runbus", COMPACT_REQUEST_DECODER, echo)]
+        return [Endpoint("echo", "bench.echo.runbus", ops.COMPACTION_COMPACT.decode, echo)]
 
 
 async def bench_hop(url: str, n: int) -> tuple[Floor, Hop]:
@@ -179,7 +177,9 @@ async def bench_hop(url: str, n: int) -> tuple[Floor, Hop]:
         await js.publish("bench.floor.events", event)
 
     async def through_runbus() -> None:
-        await bus.request("bench.echo.runbus", request, COMPACT_RESULT_DECODER, ctx=ctx)
+        await bus.request(
+            "bench.echo.runbus", request, ops.COMPACTION_COMPACT.decode_reply, ctx=ctx
+        )
 
     calls = {"raw": raw, "js": js_publish, "runbus": through_runbus}
     for call in calls.values():

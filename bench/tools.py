@@ -27,11 +27,11 @@ from nats.aio.msg import Msg
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.results import SectionNumbers, ToolScalingPoint
-from runbus import subjects
+from runbus import ops, subjects
 from runbus.embedded import EmbeddedNats
 from runbus.headers import RunContext
 from runbus.messages import encode
-from runbus.messages.tools import TOOL_INVOKED_DECODER, ToolInvoke
+from runbus.messages.tools import ToolInvoke
 from runbus.service import ServiceOptions
 from runbus.telemetry import create_tracer_provider
 from runbus_examples.travel import corporate_policy
@@ -139,7 +139,7 @@ async def request(nc: NATS, name: str, arguments: dict[str, Any], call_id: str) 
             reply = await nc.request(
                 subjects.tool_invoke(name), body, timeout=10, headers=CTX.to_headers()
             )
-            return TOOL_INVOKED_DECODER.decode(reply.data)
+            return ops.TOOL_INVOKE.family.decode_reply.decode(reply.data)
         except nats.errors.NoRespondersError:
             await asyncio.sleep(0.01)
     raise RuntimeError(f"nobody serves {name}")

@@ -310,10 +310,6 @@ class CompactResult(Message, frozen=True, tag="compaction.result"):
     """What was done, step by step."""
 
 
-COMPACT_REQUEST_DECODER = msgspec.json.Decoder(CompactRequest)
-COMPACT_RESULT_DECODER = msgspec.json.Decoder(CompactResult)
-
-
 def strategy_from_config(
     table: Mapping[str, Any], *, ignore: Collection[str] = ()
 ) -> CompactionStrategy:

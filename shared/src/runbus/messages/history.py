@@ -78,9 +78,6 @@ class HistoryLoaded(Message, frozen=True, tag="history.loaded"):
 HistoryRequest = HistoryAppend | HistoryLoad
 HistoryReply = HistoryAppended | HistoryLoaded
 
-HISTORY_APPENDED_DECODER = msgspec.json.Decoder(HistoryAppended)
-HISTORY_LOADED_DECODER = msgspec.json.Decoder(HistoryLoaded)
-
 
 class StoredBatch(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """One message of the history stream: the messages of one append, in order (a storage

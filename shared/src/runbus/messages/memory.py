@@ -161,5 +161,3 @@ MEMORY_MIN_SCORE_PROP: Final = "memory_min_score"
 """Trusted run property: score threshold of `memory_search` (default none)."""
 APPLICATION_PROP: Final = "application_id"
 """Trusted run property: the application a memory belongs to, a partition inside the tenant."""
-
-MEMORY_STORED_DECODER = msgspec.json.Decoder(MemoryStored)

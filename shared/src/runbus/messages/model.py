@@ -133,7 +133,3 @@ class ModelUsageReport(Message, frozen=True, tag="model.usage_report"):
     """Totals per tenant with their budgets, by tenant."""
     rows: list[UsageRow] = []
     """Usage per tenant, user, agent, route and model."""
-
-
-MODEL_REQUEST_DECODER = msgspec.json.Decoder(ModelRequest)
-MODEL_RESPONSE_DECODER = msgspec.json.Decoder(ModelResponse)

@@ -151,6 +151,3 @@ class SessionDeleted(Message, frozen=True, tag="sessions.deleted"):
     """The deleted session."""
     memories_forgotten: bool = False
     """True if the memory service confirmed forgetting the session's memories."""
-
-
-SESSION_OPENED_DECODER = msgspec.json.Decoder(SessionOpened)

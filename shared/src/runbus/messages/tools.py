@@ -2,8 +2,6 @@
 
 from typing import Any, Literal
 
-import msgspec
-
 from ._base import Message, Record
 from .contents import FunctionResultContent
 from .model import ToolSpec
@@ -95,6 +93,3 @@ class ToolList(Message, frozen=True, tag="tools.list"):
 class ToolCatalog(Message, frozen=True, tag="tools.catalog"):
     tools: list[ToolSpec]
     """Schemas as the model sees them."""
-
-
-TOOL_INVOKED_DECODER = msgspec.json.Decoder(ToolInvoked)
