@@ -22,7 +22,7 @@ from runbus.messages.model import ModelRequest, ModelResponse
 from runbus.service import API_GROUP, Endpoint, Service
 from tests.helpers import eventually
 from tests.integration.model_provider import Reply, ask, loopback, refusal, router
-from tests.stack import SecuredNats
+from tests.stack import SecuredNats, Stack
 
 RUNBUS = str(Path(sys.executable).parent / "runbus")
 SLOW: float = 0.3
@@ -158,39 +158,18 @@ async def test_stop_awaits_the_request_in_flight_and_counts_it(
     assert model._tallies[ops.MODEL_COMPLETE.subject].errors == 1
 
 
-class Api(Service):
-    name = "gateway"
-
-    async def on_get(self, ctx: RunContext, request: Any) -> Any:
-        raise Unavailable("not here")
-
-    async def forward(self, ctx: RunContext, body: msgspec.Raw) -> msgspec.Raw:
-        return body
-
-    def endpoints(self) -> list[Endpoint]:
-        return [
-            Endpoint.for_op(ops.API_RUNS_GET, self.on_get),
-            *(Endpoint.forwarder(op, self.forward) for op in ops.FORWARDED),
-        ]
-
-
-async def test_the_client_api_endpoints_form_one_group_on_unchanged_subjects(
-    nats_server: SecuredNats, nc: NATS
+async def test_the_gateways_client_api_endpoints_form_one_group_on_unchanged_subjects(
+    stack: Stack, nc: NATS
 ) -> None:
-    api = Api(nc)
-    await api.start()
-    try:
-        found = await discovery.discover(nc, wait=0.3)
-    finally:
-        await api.stop()
+    found = await discovery.discover(nc, wait=0.5)
 
-    (gateway,) = [r for r in found if r.name == "gateway"]
-    expected = {
-        ops.API_RUNS_GET.subject,
+    (gateway,) = [i for i in found if i.name == "gateway"]
+    grouped = {e.subject for e in gateway.endpoints if e.group == API_GROUP}
+    assert grouped == {
+        *(op.subject for op in ops.ALL if isinstance(op, ops.Op) and op.name.startswith("api-")),
         *(ops.api_op(op).subject for op in ops.FORWARDED),
     }
-    assert {e.subject for e in gateway.endpoints} == expected
-    assert {e.group for e in gateway.endpoints} == {API_GROUP}
+    assert all(e.group == "" for i in found if i.name != "gateway" for e in i.endpoints)
 
 
 @pytest.mark.xfail(
