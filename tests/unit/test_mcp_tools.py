@@ -198,6 +198,13 @@ def test_a_result_over_the_cap_is_cut_with_a_note_and_fits() -> None:
     assert capped("short", 2000) == "short"
 
 
+def test_text_that_json_escapes_longer_is_still_cut_to_fit() -> None:
+    value = capped('"\n' * 5000, 1000)
+
+    assert len(msgspec.json.encode(value)) <= 1000
+    assert value.startswith('"\n"')
+
+
 @pytest.mark.parametrize(
     ("entry", "says"),
     [

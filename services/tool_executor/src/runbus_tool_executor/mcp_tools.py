@@ -43,6 +43,7 @@ class McpTool(Tool):
     """A tool whose function is a `tools/call` over its server's session."""
 
     server: str = ""
+    """The `[[mcp_servers]]` name it comes from."""
     remote_name: str = ""
     """The tool's name on its server."""
     validator: Any = field(default=None, compare=False, repr=False)
@@ -224,8 +225,17 @@ def capped(value: Any, limit: int) -> Any:
         f"\n[result cut: it was {len(encoded)} bytes, over this tool's {limit} byte cap; "
         "ask for less]"
     )
-    room = max(limit - len(note.encode()) - 64, 0)
-    return text.encode()[:room].decode(errors="ignore") + note
+    cut = text.encode()[: max(limit - len(note.encode()), 0)].decode(errors="ignore")
+    # JSON escapes (quotes, control characters) can make the encoded text several times longer:
+    # the longest start of `cut` that fits, by bisection.
+    fits, unsure = 0, len(cut)
+    while fits < unsure:
+        middle = (fits + unsure + 1) // 2
+        if len(msgspec.json.encode(cut[:middle] + note)) <= limit:
+            fits = middle
+        else:
+            unsure = middle - 1
+    return cut[:fits] + note
 
 
 ToolsChanged = Callable[[str, dict[str, McpTool]], Awaitable[None]]
