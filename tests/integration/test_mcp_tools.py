@@ -29,6 +29,7 @@ from runbus_examples.scripted import load_scripts
 from runbus_gateway.agents import load_agents
 from runbus_tool_executor.config import Deployment, ToolOverride, load_deployment
 from runbus_tool_executor.mcp_servers import McpServerConfig
+from runbus_tool_executor.middleware import PROCEED, Call, Decision, Middleware, Modify, Reject
 from runbus_tool_executor.service import ToolExecutorService
 from tests.helpers import eventually, publish_and_collect, raw_request
 from tests.integration.rogue_mcp_server import PICTURE
@@ -50,7 +51,9 @@ async def start(nats_server: SecuredNats, spans: InMemorySpanExporter) -> AsyncI
     async with AsyncExitStack() as stack:
 
         async def start_replica(
-            *servers: McpServerConfig, overrides: dict[str, ToolOverride] | None = None
+            *servers: McpServerConfig,
+            overrides: dict[str, ToolOverride] | None = None,
+            middleware: list[Middleware] | None = None,
         ) -> ToolExecutorService:
             nc = await nats.connect(nats_server.url)
             stack.push_async_callback(nc.drain)
@@ -60,7 +63,9 @@ async def start(nats_server: SecuredNats, spans: InMemorySpanExporter) -> AsyncI
             service = ToolExecutorService(
                 nc,
                 [],
-                deployment=Deployment(mcp_servers=list(servers), overrides=overrides),
+                deployment=Deployment(
+                    mcp_servers=list(servers), overrides=overrides, middleware=middleware
+                ),
                 options=ServiceOptions(tracer_provider=provider),
             )
             await service.start()
@@ -416,6 +421,30 @@ async def test_a_side_effecting_mcp_call_sent_twice_runs_once(
     assert first.result == second.result
     assert second.replayed
     assert rogue_log.read_text().count("call grow") == 1
+
+
+async def test_the_deployments_middleware_sees_and_decides_mcp_calls(
+    start: Start, nc: NATS, rogue_log: Path
+) -> None:
+    seen: list[tuple[str, bool]] = []
+
+    def policy(call: Call) -> Decision:
+        seen.append((call.tool, call.side_effect))
+        if call.tool == "rogue__grow":
+            return Reject(error="growing is not allowed here")
+        if call.tool == "rogue__echo":
+            return Modify({"text": str(call.arguments["text"]).upper()})
+        return PROCEED
+
+    await start(rogue(rogue_log), middleware=[policy])
+
+    refused = await invoke(nc, "rogue__grow", {}, call_id="c-grow")
+    shouted = await invoke(nc, "rogue__echo", {"text": "quiet"}, call_id="c-echo")
+
+    assert refused.result.error == "growing is not allowed here"
+    assert shouted.result.result == "QUIET"
+    assert seen == [("rogue__grow", True), ("rogue__echo", False)]
+    assert "call grow" not in rogue_log.read_text()
 
 
 async def test_a_deployment_override_puts_an_mcp_tool_behind_approval(
