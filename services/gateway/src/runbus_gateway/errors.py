@@ -76,11 +76,6 @@ class DedupeKeyMismatch(BadRequest):
         )
 
 
-class UndecodableRequest(BadRequest):
-    def __init__(self, reason: str) -> None:
-        super().__init__(f"run request body is not valid UTF-8 JSON: {reason}")
-
-
 class TooManyToolCalls(RunbusError):
     """A model reply asked for more tool calls than the agent allows in one step."""
 

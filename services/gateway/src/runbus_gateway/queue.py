@@ -16,6 +16,7 @@ from opentelemetry.trace import Tracer
 from runbus import headers as h
 from runbus import subjects
 from runbus.consumer import ConsumerSpec, Delivery
+from runbus.decoding import decode_untrusted
 from runbus.errors import UnknownAgent
 from runbus.messages import RunRequest
 from runbus.messages.runs import RUN_REQUEST_DECODER, RunRecord
@@ -28,7 +29,6 @@ from .errors import (
     DeadLettered,
     DedupeKeyMismatch,
     RunCancelled,
-    UndecodableRequest,
 )
 from .harness.runtime import Harness
 from .local_run import LocalRun, LocalRuns, Slots
@@ -233,10 +233,7 @@ def admit(delivery: Delivery, agent: str) -> RunRequest:
     """The request, if its body decodes, names the subject's `agent` and is deduped by its run
     id (`Nats-Msg-Id` = `run_id`); `bad_request` otherwise, in one attempt."""
     msg = delivery.msg
-    try:
-        request = RUN_REQUEST_DECODER.decode(msg.data)
-    except UnicodeDecodeError as exc:
-        raise UndecodableRequest(str(exc)) from None
+    request = decode_untrusted(RUN_REQUEST_DECODER, msg.data, "run request")
     if agent != request.agent:
         raise AgentMismatch(agent, request.agent)
     msg_id = delivery.headers.get(h.MSG_ID, "")
