@@ -9,7 +9,7 @@ import base64
 import json
 import os
 import sys
-import time
+import threading
 from typing import Any
 
 ECHO = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
@@ -123,7 +123,7 @@ def answer(call: dict[str, Any]) -> dict[str, Any] | None:
             ]
         }
     if name == "freeze":
-        time.sleep(3600)
+        threading.Event().wait()  # blocks the only thread: nothing more is read
     if name == "garbage":
         return {"content": "this is not a list of content blocks"}
     if name == "huge":
