@@ -167,6 +167,14 @@ async def discover(nc: NATS, *, wait: float) -> list[Instance]:
         collect(nc, f"{SRV}.INFO", wait),
         collect(nc, f"{SRV}.STATS", wait),
     )
+    return from_replies(ping_data, info_data, stats_data)
+
+
+def from_replies(
+    ping_data: Iterable[bytes], info_data: Iterable[bytes], stats_data: Iterable[bytes]
+) -> list[Instance]:
+    """The replicas these `$SRV.PING`, `INFO` and `STATS` reply bodies speak of (a body that
+    is not a micro reply is skipped)."""
     return join(
         _decode_all(ping_data, _PING),
         _decode_all(info_data, _INFO),
