@@ -19,6 +19,7 @@ RecordChange = Callable[[SessionRecord], SessionRecord]
 ORPHAN_CALL_ERROR = "not executed: the run stopped before this call returned a result"
 COMPACTION_DECODER = msgspec.json.Decoder(HistoryCompaction)
 RECORD_DECODER = msgspec.json.Decoder(SessionRecord)
+_ENCODER = msgspec.json.Encoder()
 
 
 def new_incarnation() -> str:
@@ -113,6 +114,21 @@ def document_chunks(
     return out
 
 
+def chunks_of_size(messages: list[ChatMessage], budget: int) -> list[list[ChatMessage]]:
+    """`messages` in order, in chunks of at most `budget` encoded bytes (a larger message
+    alone in its chunk)."""
+    out: list[list[ChatMessage]] = []
+    size = 0
+    for message in messages:
+        length = len(_ENCODER.encode(message))
+        if not out or size + length > budget:
+            out.append([])
+            size = 0
+        out[-1].append(message)
+        size += length
+    return out
+
+
 def repair(messages: list[ChatMessage]) -> list[ChatMessage]:
     """A history a provider accepts: every function call answered, no result without its call.
 
@@ -153,6 +169,20 @@ def repair(messages: list[ChatMessage]) -> list[ChatMessage]:
                 )
             )
     return out
+
+
+def window_start(messages: list[ChatMessage], sizes: list[int], budget: int) -> int:
+    """Where the window a load keeps of `messages` starts: the last whole turns (a turn starts
+    at a user message) whose `sizes` add up to at most `budget`, and at least the last turn
+    however large. 0 when no earlier message can be left out."""
+    total, start = 0, len(messages)
+    for index in range(len(messages) - 1, -1, -1):
+        total += sizes[index]
+        if messages[index].role == "user":
+            if total > budget and start < len(messages):
+                break
+            start = index
+    return start if start < len(messages) else 0
 
 
 def last_turns(messages: list[ChatMessage], turns: int | None) -> list[ChatMessage]:

@@ -58,3 +58,19 @@ class ForeignDocument(HistoryError):
 
     def __init__(self) -> None:
         super().__init__("a session document can only be imported by its own tenant and owner")
+
+
+class HistoryTooLarge(HistoryError):
+    """What was asked for does not fit in one reply on this bus (its `max_payload`)."""
+
+    code = "message_too_large"
+
+    def __init__(self, session_id: str, what: str, remedy: str, *, size: int, limit: int) -> None:
+        super().__init__(
+            f"{what} of session {session_id!r} is more than one reply can carry on this bus "
+            f"({size} bytes, limit {limit}): {remedy}",
+            details={"session_id": session_id, "size": size, "limit": limit},
+        )
+        self.session_id = session_id
+        self.size = size
+        self.limit = limit

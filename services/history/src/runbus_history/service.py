@@ -2,11 +2,13 @@
 `records` (session records in KV)."""
 
 import asyncio
+import contextlib
 import time
 from datetime import UTC, datetime
 from typing import Final, NamedTuple, Self
 
 import msgspec
+import nats.errors
 from nats.aio.client import Client as NATS
 from opentelemetry.sdk.trace import TracerProvider
 
@@ -57,6 +59,7 @@ from runbus.settings import Settings
 from . import core, store
 from .errors import (
     ForeignDocument,
+    HistoryTooLarge,
     MissingIdentity,
     RevisionConflict,
     SessionExists,
@@ -66,6 +69,17 @@ from .records import SessionRecords, StaleRevision
 
 CAS_ATTEMPTS: Final = 20
 IMPORT_CHUNK: Final = 100
+WINDOW_BYTES: Final = 256 * 1024
+"""Default high-water mark of the history a run loads: once what a load reads is larger (and
+never above a quarter of the bus's max payload), history keeps the last whole turns that fit
+in half of it, and stores that as a persisted compaction, so later loads read only that."""
+REPLY_HEADROOM: Final = 8 * 1024
+"""Bytes of a reply's limit kept for what is not messages (record, framing, headers)."""
+EXCLUDED_IDS: Final = 1000
+"""Ids a window compaction lists as excluded, newest first (a retried append repeats recent
+ones; the stored originals stay either way)."""
+SESSION_IMPORT_CLAIM: Final = 600.0
+"""Seconds an import in parts holds the session between two parts before a run may take it."""
 
 
 class Stored(NamedTuple):
@@ -77,6 +91,20 @@ class Stored(NamedTuple):
     """The latest persisted compaction the read started from (None: from the first batch)."""
     end: int | None
     """Stream sequence of the last stored batch (0: none); None when the read did not see it."""
+    size: int = 0
+    """Bytes read (the compaction's and the batches' stored bodies)."""
+
+
+class Page(NamedTuple):
+    """Stored messages of one subject, in order, as many as a page holds."""
+
+    items: list[tuple[int, bytes]]
+    """Stream sequence and stored body of each."""
+    size: int
+    """Bytes of the bodies."""
+    more: int | None
+    """The sequence of the last one read when more are stored (where the next page starts
+    after); None when the page reached the end."""
 
 
 class History(NamedTuple):
@@ -108,13 +136,31 @@ class HistoryService(Service):
         replicas: int = 1,
         max_age: float = 0.0,
         max_appends_per_session: int = 0,
+        window_bytes: int = 0,
         options: ServiceOptions = DEFAULT_OPTIONS,
     ) -> None:
         super().__init__(nc, options=options)
         self.replicas = replicas
         self.max_age = max_age
         self.max_appends_per_session = max_appends_per_session
+        self.window_bytes = window_bytes
+        """High-water mark of a loaded history (see WINDOW_BYTES); 0: the default."""
         self._records: SessionRecords | None = None
+
+    @property
+    def reply_limit(self) -> int:
+        """Bytes of messages one reply may carry: the bus's max payload, less headroom."""
+        return self.nc.max_payload - REPLY_HEADROOM
+
+    @property
+    def window(self) -> int:
+        """The loaded history's high-water mark on this bus."""
+        return self.window_bytes or min(WINDOW_BYTES, self.nc.max_payload // 4)
+
+    @property
+    def page_bytes(self) -> int:
+        """Stored bytes one page reads: half a reply (messages grow a little as loaded)."""
+        return self.reply_limit // 2
 
     @classmethod
     def from_settings(cls, nc: NATS, settings: Settings, tracer_provider: TracerProvider) -> Self:
@@ -163,6 +209,8 @@ class HistoryService(Service):
 
     async def on_load(self, ctx: RunContext, request: HistoryLoad) -> HistoryLoaded:
         who = caller(ctx)
+        if request.originals or request.after is not None:
+            return await self._load_pages(ctx, who, request)
         reading = asyncio.ensure_future(
             self._read(ctx, who, request.session_id, originals=request.originals)
         )
@@ -322,66 +370,126 @@ class HistoryService(Service):
         return SessionInfo(record=updated)
 
     async def on_export(self, ctx: RunContext, request: SessionExport) -> SessionExported:
+        """The session as a document: all of it when it fits in one reply, or one page of it
+        (`after`): the batches and compactions stored in a stretch of the stream, in order."""
         who = caller(ctx)
         record = core.owned(
             await self.records.get(who.tenant, request.session_id),
             who.user_id,
             request.session_id,
         )
-        timeout = self._timeout(ctx)
-        batches = [
-            (sequence, BATCH_DECODER.decode(data))
-            async for sequence, data in store.read_subject(
-                self.nc, subjects.history_log(who.tenant, request.session_id), timeout
+        paged = request.after is not None
+        after = request.after or 0
+        budget = self.page_bytes if paged else self.reply_limit
+        log = subjects.history_log(who.tenant, request.session_id)
+        markers = subjects.history_compactions(who.tenant, request.session_id)
+        page = await self._page(ctx, log, after + 1, budget // 2)
+        # The compactions stored among those batches (or after them, on the last page).
+        placed = await self._page(ctx, markers, after + 1, budget - page.size, stop=page.more)
+        items, more = page.items, page.more
+        if placed.more is not None:
+            # No room for every compaction of the stretch: the page ends at the last that fit.
+            items = [(s, data) for s, data in items if s <= placed.more]
+            more = placed.more
+        if not paged and more is not None:
+            raise HistoryTooLarge(
+                request.session_id,
+                "the export",
+                "export it in pages (SessionExport.after=0, then each reply's next_after; "
+                "`runbus sessions export` does)",
+                size=page.size + placed.size,
+                limit=self.reply_limit,
             )
-        ]
-        compactions = [
-            (sequence, core.COMPACTION_DECODER.decode(data))
-            async for sequence, data in store.read_subject(
-                self.nc, subjects.history_compactions(who.tenant, request.session_id), timeout
-            )
-        ]
-        messages, placed = core.document_history(batches, compactions, record.incarnation)
+        messages, compactions = core.document_history(
+            [(s, BATCH_DECODER.decode(data)) for s, data in items],
+            [(s, core.COMPACTION_DECODER.decode(data)) for s, data in placed.items],
+            record.incarnation,
+        )
         return SessionExported(
             document=SessionDocument(
                 record=msgspec.structs.replace(record, revision=0, incarnation=""),
                 messages=messages,
-                compactions=placed,
-            )
+                compactions=compactions,
+            ),
+            next_after=more,
         )
 
     async def on_import(self, ctx: RunContext, request: SessionImport) -> SessionInfo:
+        """Make a session from a document, in one request or in parts: the first part creates
+        it (held by the import while `more` parts follow), each later part names it by the
+        incarnation the first one made (`part_of`) and stores its messages after the others."""
         who = caller(ctx)
         record = request.document.record
         if record.tenant != who.tenant or record.owner != who.user_id:
             raise ForeignDocument()
         if not is_identifier(record.session_id):
             raise SessionNotFound(record.session_id)
+        incarnation = request.part_of or core.new_incarnation()
+        holder = f"import-{incarnation}"
+        # While parts follow, the import holds the session as a run would.
+        claim = time.time() + SESSION_IMPORT_CLAIM if request.more else None
+        if request.part_of:
+            target = core.owned(
+                await self.records.get(who.tenant, record.session_id),
+                who.user_id,
+                record.session_id,
+            )
+            if target.incarnation != request.part_of:
+                raise SessionNotFound(record.session_id)
+        else:
+            created = await self.records.create(
+                msgspec.structs.replace(
+                    record,
+                    revision=0,
+                    incarnation=incarnation,
+                    active_run=holder if claim else None,
+                    claim_expires=claim,
+                )
+            )
+            if created is None:
+                raise SessionExists(record.session_id)
+            target = created
+            # Only once the record is the caller's: what is purged is a leftover of a session
+            # deleted half-way, never the history of a session that exists (maybe someone
+            # else's).
+            await self._purge(who, record.session_id)
+        await self._store_document(who, target, request.document)
+        if request.part_of and (claim is not None or target.active_run == holder):
+            # Hold it on while parts follow; let go with the last.
+            target = await self._update(
+                target,
+                lambda r: (
+                    msgspec.structs.replace(
+                        r,
+                        active_run=holder if claim else None,
+                        claim_expires=claim,
+                    )
+                    if r.active_run in (holder, None)
+                    else r
+                ),
+            )
+        return SessionInfo(record=target)
+
+    async def _store_document(
+        self, who: Owner, record: SessionRecord, document: SessionDocument
+    ) -> None:
+        """Store a document's (or a part's) messages and compactions for `record`, in order."""
         subject = subjects.history_log(who.tenant, record.session_id)
-        created = await self.records.create(
-            msgspec.structs.replace(record, revision=0, incarnation=core.new_incarnation())
-        )
-        if created is None:
-            raise SessionExists(record.session_id)
-        # Only once the record is the caller's: what is purged is a leftover of a session
-        # deleted half-way, never the history of a session that exists (maybe someone else's).
-        await self._purge(who, record.session_id)
         markers = subjects.history_compactions(who.tenant, record.session_id)
-        document = request.document
         # De-duplication ids of this import alone: the same document imported again after a
         # delete, within the duplicate window, must be stored again, not taken for a retry.
-        nonce = f"import-{created.revision}:"
+        nonce = f"import-{record.incarnation}:"
         for part in core.document_chunks(document.messages, document.compactions, IMPORT_CHUNK):
             if isinstance(part, list):
-                batch = StoredBatch(messages=part, incarnation=created.incarnation)
-                data = BATCH_ENCODER.encode(batch)
-                await store.append(self.nc, subject, data, nonce + batch_id(subject, part))
+                for chunk in core.chunks_of_size(part, self.page_bytes):
+                    batch = StoredBatch(messages=chunk, incarnation=record.incarnation)
+                    data = BATCH_ENCODER.encode(batch)
+                    await store.append(self.nc, subject, data, nonce + batch_id(subject, chunk))
             else:
-                compaction = compaction_to_store(part, created.incarnation)
+                compaction = compaction_to_store(part, record.incarnation)
                 data = BATCH_ENCODER.encode(compaction)
                 msg_id = nonce + compaction_id(markers, compaction)
                 await store.append(self.nc, markers, data, msg_id)
-        return SessionInfo(record=created)
 
     async def on_delete(self, ctx: RunContext, request: SessionDelete) -> SessionDeleted:
         who = caller(ctx)
@@ -435,7 +543,7 @@ class HistoryService(Service):
         stored after it. `originals` reads every batch and ignores compactions (audit)."""
         timeout = self._timeout(ctx)
         compaction: HistoryCompaction | None = None
-        start = 1
+        start, size = 1, 0
         if not originals:
             latest = await store.last(
                 self.nc, subjects.history_compactions(who.tenant, session_id), timeout
@@ -443,6 +551,7 @@ class HistoryService(Service):
             if latest is not None:
                 start = latest[0] + 1
                 compaction = core.COMPACTION_DECODER.decode(latest[1])
+                size = len(latest[1])
         subject = subjects.history_log(who.tenant, session_id)
         batches: list[StoredBatch] = []
         # Where the stored batches end: the last one read; 0 when none is stored at all;
@@ -451,7 +560,74 @@ class HistoryService(Service):
         async for sequence, data in store.read_subject(self.nc, subject, timeout, start):
             batches.append(BATCH_DECODER.decode(data))
             end = sequence
-        return Stored(batches, compaction, end)
+            size += len(data)
+        return Stored(batches, compaction, end, size)
+
+    async def _page(
+        self, ctx: RunContext, subject: str, start: int, budget: int, stop: int | None = None
+    ) -> Page:
+        """What is stored on `subject` from stream sequence `start` on (to `stop` at most),
+        as many as fit in `budget` bytes, and at least one."""
+        items: list[tuple[int, bytes]] = []
+        size = 0
+        more: int | None = None
+        reading = store.read_subject(self.nc, subject, self._timeout(ctx), start)
+        async with contextlib.aclosing(reading):
+            async for sequence, data in reading:
+                if stop is not None and sequence > stop:
+                    break
+                if items and size + len(data) > budget:
+                    more = items[-1][0]
+                    break
+                items.append((sequence, data))
+                size += len(data)
+        return Page(items, size, more)
+
+    async def _load_pages(self, ctx: RunContext, who: Owner, request: HistoryLoad) -> HistoryLoaded:
+        """A page of the stored history (`after` given), or all of it in one reply (`originals`
+        without `after`) when it fits: read up to a reply's worth, never more."""
+        record = core.owned(
+            await self.records.recent(who.tenant, request.session_id),
+            who.user_id,
+            request.session_id,
+        )
+        paged = request.after is not None
+        after = request.after or 0
+        compaction: HistoryCompaction | None = None
+        compacted = False
+        start, size = after + 1, 0
+        if not request.originals:
+            markers = subjects.history_compactions(who.tenant, request.session_id)
+            latest = await store.last(self.nc, markers, self._timeout(ctx))
+            if latest is not None:
+                found = core.COMPACTION_DECODER.decode(latest[1])
+                if core.of_incarnation(found.incarnation, record.incarnation):
+                    compacted = True
+                    start = max(start, latest[0] + 1)
+                    # Its messages open the first page only.
+                    compaction = found if after < latest[0] else None
+                    size = len(latest[1]) if compaction is not None else 0
+        budget = self.page_bytes if paged else self.reply_limit
+        log = subjects.history_log(who.tenant, request.session_id)
+        page = await self._page(ctx, log, start, max(budget - size, 0))
+        if not paged and page.more is not None:
+            raise HistoryTooLarge(
+                request.session_id,
+                "the stored history",
+                "read it in pages (HistoryLoad.after=0, then each reply's next_after; "
+                "`runbus history --originals` does)",
+                size=size + page.size,
+                limit=self.reply_limit,
+            )
+        batches = [BATCH_DECODER.decode(data) for _, data in page.items]
+        messages = core.loaded(batches, compaction, record.incarnation)
+        if not paged:
+            messages = core.last_turns(core.repair(messages), request.last_turns)
+        return HistoryLoaded(
+            messages=messages,
+            compacted=compacted,
+            next_after=page.more,
+        )
 
     async def _history(
         self, ctx: RunContext, who: Owner, stored: Stored, record: SessionRecord
@@ -465,7 +641,73 @@ class HistoryService(Service):
         ):
             stored = await self._read(ctx, who, record.session_id, originals=True)
         messages = core.loaded(stored.batches, stored.compaction, record.incarnation)
+        if stored.size > self.window:
+            windowed = await self._windowed(who, record, messages, stored.end)
+            return History(windowed, True, stored.end)
         return History(messages, stored.compaction is not None, stored.end)
+
+    async def _windowed(
+        self, who: Owner, record: SessionRecord, messages: list[ChatMessage], end: int | None
+    ) -> list[ChatMessage]:
+        """The last whole turns of `messages` that fit in half the window (at least the last
+        turn), stored as a persisted compaction when the session's messages still end at
+        `end`, so that later loads read only those and what follows. A last turn larger than a
+        reply can carry is refused with a typed error."""
+        sizes = [len(BATCH_ENCODER.encode(m)) for m in messages]
+        start = core.window_start(messages, sizes, self.window // 2)
+        kept = sum(sizes[start:])
+        limit = self.reply_limit - len(BATCH_ENCODER.encode(record))
+        if kept > limit:
+            raise HistoryTooLarge(
+                record.session_id,
+                "the last turn",
+                "delete the session (export it first to keep it) or start a new one",
+                size=kept,
+                limit=limit,
+            )
+        if start == 0:
+            return messages
+        window = messages[start:]
+        stored = False
+        if end:
+            excluded = [m.message_id for m in messages[:start]][-EXCLUDED_IDS:]
+            compaction = compaction_to_store(
+                HistoryCompaction(messages=window, excluded_message_ids=excluded),
+                record.incarnation,
+            )
+            stored = await self._store_window(who, record.session_id, compaction, end)
+        self.log.info(
+            "history_windowed",
+            session_id=record.session_id,
+            kept=len(window),
+            left_out=start,
+            kept_bytes=kept,
+            stored=stored,
+        )
+        return window
+
+    async def _store_window(
+        self, who: Owner, session_id: str, compaction: HistoryCompaction, end: int
+    ) -> bool:
+        """Store a window as the session's latest compaction if its messages still end at
+        `end`. Whether it was stored: a window not stored (something was appended since, or
+        the stream refused it) is only served, and the next load makes it again."""
+        markers = subjects.history_compactions(who.tenant, session_id)
+        data = BATCH_ENCODER.encode(compaction)
+        if len(data) > self.nc.max_payload:
+            return False
+        try:
+            return await store.append_after(
+                self.nc,
+                markers,
+                data,
+                compaction_id(markers, compaction),
+                log=subjects.history_log(who.tenant, session_id),
+                end=end,
+            )
+        except nats.errors.Error as exc:
+            self.log.warning("history_window_not_stored", session_id=session_id, reason=str(exc))
+            return False
 
     async def _get_or_create(
         self,

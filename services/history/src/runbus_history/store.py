@@ -2,19 +2,26 @@
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Final
 
 import nats.errors
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js.api import StorageType, StreamConfig
+from nats.js.errors import APIError
 
 from runbus import jetstream, subjects
-from runbus.headers import MSG_ID
+from runbus.headers import (
+    EXPECTED_LAST_SUBJECT_SEQUENCE,
+    EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT,
+    MSG_ID,
+)
 
 DUPLICATE_WINDOW: Final = 120.0
 DIRECT_GET_BATCH: Final = 256
+WRONG_LAST_SEQUENCE: Final = 10071
+"""JetStream's error code for a publish whose expected last subject sequence did not hold."""
 
 
 async def ensure_stream(
@@ -40,6 +47,25 @@ async def append(nc: NATS, subject: str, data: bytes, msg_id: str) -> int | None
     return None if ack.duplicate else ack.seq
 
 
+async def append_after(
+    nc: NATS, subject: str, data: bytes, msg_id: str, *, log: str, end: int
+) -> bool:
+    """Store one message on `subject` only while the messages stored on `log` still end at
+    stream sequence `end`; False (nothing stored) when something was stored there since."""
+    headers = {
+        MSG_ID: msg_id,
+        EXPECTED_LAST_SUBJECT_SEQUENCE: str(end),
+        EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT: log,
+    }
+    try:
+        await nc.jetstream().publish(subject, data, headers=headers)
+    except APIError as exc:
+        if exc.err_code == WRONG_LAST_SEQUENCE:
+            return False
+        raise
+    return True
+
+
 async def purge(nc: NATS, subject: str) -> None:
     """Remove every message stored on `subject`."""
     await nc.jetstream().purge_stream(subjects.HISTORY_STREAM, subject=subject)
@@ -62,7 +88,7 @@ async def last(nc: NATS, subject: str, timeout: float) -> tuple[int, bytes] | No
 
 async def read_subject(
     nc: NATS, subject: str, timeout: float, start: int = 1
-) -> AsyncIterator[tuple[int, bytes]]:
+) -> AsyncGenerator[tuple[int, bytes], None]:
     """Every message stored on `subject` from stream sequence `start` on, oldest first, with
     its sequence, by batched direct gets.
 

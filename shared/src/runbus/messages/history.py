@@ -66,6 +66,10 @@ class HistoryLoad(Message, frozen=True, tag="history.load"):
     originals: bool = False
     """Every message ever stored, persisted compactions ignored (audit); default: the history
     from the latest persisted compaction on."""
+    after: int | None = None
+    """Read one page: the stored history after this stream position (0: from the start; then
+    each reply's `next_after`), as stored (no repair, no `last_turns`). None: the whole history
+    in one reply, refused with `message_too_large` when it does not fit on the bus."""
 
 
 class HistoryLoaded(Message, frozen=True, tag="history.loaded"):
@@ -73,6 +77,9 @@ class HistoryLoaded(Message, frozen=True, tag="history.loaded"):
     """The session's messages in order, stamped `source="chat_history"`."""
     compacted: bool = False
     """True if a persisted compaction stands in for older stored messages."""
+    next_after: int | None = None
+    """A page read (`HistoryLoad.after`) that did not reach the end: pass this as `after` for
+    the next page. None: nothing is stored after this reply."""
 
 
 HistoryRequest = HistoryAppend | HistoryLoad

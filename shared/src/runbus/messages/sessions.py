@@ -129,16 +129,29 @@ class SessionDocument(Record, frozen=True):
 class SessionExport(Message, frozen=True, tag="sessions.export"):
     session_id: Identifier
     """Session to export."""
+    after: int | None = None
+    """Export one page: what is stored after this stream position (0: from the start; then
+    each reply's `next_after`). None: the whole session in one reply, refused with
+    `message_too_large` when it does not fit on the bus."""
 
 
 class SessionExported(Message, frozen=True, tag="sessions.exported"):
     document: SessionDocument
-    """Record and history."""
+    """Record and history (of a page: its messages, and its compactions placed among them)."""
+    next_after: int | None = None
+    """A page that did not reach the end: pass this as `after` for the next page."""
 
 
 class SessionImport(Message, frozen=True, tag="sessions.import"):
     document: SessionDocument
-    """A document made by export; its tenant and owner must be the caller's."""
+    """A document made by export; its tenant and owner must be the caller's. In parts: each
+    part's messages follow the previous part's, its compactions placed among its own."""
+    more: bool = False
+    """More parts follow: the session stays claimed by the import (runs get `session_busy`)
+    until the part without `more`."""
+    part_of: str = ""
+    """A later part: the incarnation of the session the first part made (its reply's
+    `record.incarnation`). Empty: the first (or only) part, which creates the session."""
 
 
 class SessionDelete(Message, frozen=True, tag="sessions.delete"):
