@@ -188,17 +188,20 @@ def closed_port() -> int:
     return port
 
 
-async def test_status_on_a_nats_without_services_lists_all_six_as_missing_and_exits_one(
+async def test_status_on_a_nats_with_only_its_auth_service_lists_the_six_as_missing_and_exits_one(
     nats_server: SecuredNats,
 ) -> None:
-    # A cluster's URL list, one node of it down.
+    # A cluster's URL list, one node of it down. The secured NATS runs its auth callout.
     urls = f"nats://127.0.0.1:{closed_port()},{nats_server.url}"
 
     code, out, _ = await cli("status", "--json", env={"RUNBUS_NATS_URL": urls})
 
     assert code == 1
     services = by_name(json.loads(out))
-    assert [services[name]["replicas"] for name in SERVICES] == [0] * len(SERVICES)
+    assert services["auth"]["replicas"] == 1
+    others = [name for name in SERVICES if name != "auth"]
+    assert len(others) == 6
+    assert [services[name]["replicas"] for name in others] == [0] * 6
 
 
 async def test_status_says_nats_is_unreachable_and_exits_one_at_once() -> None:

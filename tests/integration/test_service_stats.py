@@ -20,7 +20,7 @@ from runbus.errors import Unavailable
 from runbus.headers import ERROR, RunContext
 from runbus.messages.model import ModelRequest, ModelResponse
 from runbus.service import API_GROUP, Endpoint, Service
-from tests.helpers import eventually
+from tests.helpers import eventually, take_time
 from tests.integration.model_provider import Reply, ask, loopback, refusal, router
 from tests.stack import SecuredNats, Stack
 
@@ -47,7 +47,7 @@ class FailingModel(Service):
             self.held += 1
             await self.release.wait()
             raise Unavailable("released")
-        await asyncio.sleep(SLOW)
+        await take_time(SLOW)
         raise Unavailable("the provider answered 503")
 
 
@@ -172,10 +172,6 @@ async def test_the_gateways_client_api_endpoints_form_one_group_on_unchanged_sub
     assert all(e.group == "" for i in found if i.name != "gateway" for e in i.endpoints)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the AUTH account does not yet export $SRV to the services' account (busauth)",
-)
 async def test_auth_is_listed_by_status_with_its_refused_connections_counted(
     nats_server: SecuredNats,
 ) -> None:

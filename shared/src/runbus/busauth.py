@@ -264,6 +264,8 @@ accounts {{
     exports: [
       {{ service: "{subjects.AUTH_WHOAMI}" }}
       {{ stream: "{subjects.progress("auth")}" }}
+      # Discovery: the monitor's `$SRV` pings reach the auth service too (one reply each).
+      {{ service: "$SRV.>", response_type: stream }}
     ]
   }}
   {ACCOUNT} {{
@@ -286,6 +288,7 @@ accounts {{
       {{ service: {{ account: {AUTH_ACCOUNT}, subject: "{subjects.AUTH_WHOAMI}" }} }}
       # The auth service's start-up progress, for `runbus up` and `runbus status`.
       {{ stream: {{ account: {AUTH_ACCOUNT}, subject: "{subjects.progress("auth")}" }} }}
+      {{ service: {{ account: {AUTH_ACCOUNT}, subject: "$SRV.>" }} }}
     ]
   }}
   {CLIENT_ACCOUNT} {{

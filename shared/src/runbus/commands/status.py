@@ -141,8 +141,8 @@ def register(subparsers: Subparsers) -> None:
     status.set_defaults(handler=handle)
 
 
-SERVICES: Final = tuple(name for name in ALL_SERVICES if name != "auth")
-"""What discovery can see: the auth service answers in an account of its own."""
+SERVICES: Final = ALL_SERVICES
+"""What discovery sees: every service, auth too (its account exports `$SRV` to the services')."""
 
 
 async def handle(settings: Settings, args: argparse.Namespace) -> int:
