@@ -25,6 +25,7 @@ from . import __version__, subjects
 from . import headers as h
 from .bus import Bus
 from .discovery import ANSWERED_DATA, GROUP_METADATA
+from .decoding import decode_untrusted
 from .errors import DeadlineExceeded
 from .failures import as_runbus_error, handle_failure
 from .instance import instance_metadata
@@ -331,7 +332,7 @@ class Service:
         failure: str | None = None
         try:
             try:
-                body = endpoint.decoder.decode(request.data)
+                body = decode_untrusted(endpoint.decoder, request.data, "request body")
                 left = ctx.time_left()
                 if left is None:
                     reply = await endpoint.handler(ctx, body)
