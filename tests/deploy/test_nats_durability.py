@@ -5,12 +5,12 @@ bench fixture that starts nats-server itself. Configs are found by scanning, so 
 without the setting fails here; each is also started once on the installed nats-server, which
 must report `sync_always` for it."""
 
+import asyncio
 import json
 import re
 import shutil
 import subprocess
 import tempfile
-import time
 import urllib.request
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -23,6 +23,7 @@ from structlog.testing import capture_logs
 
 from runbus import busauth
 from runbus.embedded import EmbeddedNats, EmbeddedNatsCluster, nats_server_binary
+from tests.helpers import eventually
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 DEPLOY_NATS: Final = ROOT / "deploy" / "nats"
@@ -115,17 +116,17 @@ def reported_sync_always(
 
 def monitoring_url(process: "subprocess.Popen[bytes]", ports_file: Path, log: Path) -> str:
     """The server's monitoring URL, once its ports file is written whole."""
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
+
+    def reported() -> str:
         if process.poll() is not None:
             text = log.read_text() if log.exists() else ""
             raise AssertionError(f"nats-server refused its config: {text[-2000:]}")
-        try:
-            url: str = json.loads(ports_file.read_text())["monitoring"][0]
-            return url
-        except (OSError, ValueError, KeyError):
-            time.sleep(0.01)
-    raise AssertionError("nats-server did not report its ports within 10 s")
+        url: str = json.loads(ports_file.read_text())["monitoring"][0]
+        return url
+
+    return asyncio.run(
+        eventually(reported, retrying=(OSError, ValueError, KeyError), what="nats-server's ports")
+    )
 
 
 def deploy_copy(folder: Path) -> Path:
