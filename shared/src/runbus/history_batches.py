@@ -65,3 +65,8 @@ def compaction_id(session_key: str, compaction: HistoryCompaction) -> str:
     for excluded in compaction.excluded_message_ids:
         digest.update(b"\1" + excluded.encode())
     return digest.hexdigest()
+
+
+def abandon_id(subject: str, run_id: str) -> str:
+    """`Nats-Msg-Id` of the marker that a run failed for good: stored once per run."""
+    return hashlib.sha256(b"abandon\0" + subject.encode() + b"\0" + run_id.encode()).hexdigest()

@@ -45,19 +45,26 @@ def appendable(record: SessionRecord, incarnation: str) -> bool:
 
 
 def loaded(
-    batches: list[StoredBatch], compaction: HistoryCompaction | None = None, incarnation: str = ""
+    batches: list[StoredBatch],
+    compaction: HistoryCompaction | None = None,
+    incarnation: str = "",
+    *,
+    abandoned: bool = False,
 ) -> list[ChatMessage]:
     """The history of the session incarnation `incarnation` in order, each id once, stamped
     `chat_history`: the persisted compaction's messages (if any) then the batches stored
-    after it for that incarnation, minus what it excluded."""
+    after it for that incarnation, minus what it excluded and, unless `abandoned` (audit),
+    minus the messages of runs that failed for good (`StoredBatch.abandoned_run`)."""
     seen: set[str] = set(compaction.excluded_message_ids) if compaction else set()
     out: list[ChatMessage] = []
-    parts = [b.messages for b in batches if of_incarnation(b.incarnation, incarnation)]
+    mine = [b for b in batches if of_incarnation(b.incarnation, incarnation)]
+    parts = [b.messages for b in mine]
     if compaction is not None:
         parts.insert(0, compaction.messages)
+    failed = () if abandoned else tuple(f"{b.abandoned_run}:" for b in mine if b.abandoned_run)
     for messages in parts:
         for message in messages:
-            if message.message_id in seen:
+            if message.message_id in seen or (failed and message.message_id.startswith(failed)):
                 continue
             seen.add(message.message_id)
             out.append(msgspec.structs.replace(message, source="chat_history"))
@@ -72,7 +79,7 @@ def document_history(
     """Every original stored for the session incarnation `incarnation` in order (each id
     once, stamped `chat_history`, as a load stamps them) and each of its persisted
     compactions placed after the originals stored before it (by stream sequence): a session
-    document."""
+    document (its abandoned runs: `abandoned_runs`)."""
     messages: list[ChatMessage] = []
     placed: list[StoredCompaction] = []
     seen: set[str] = set()
@@ -93,6 +100,15 @@ def document_history(
                 seen.add(message.message_id)
                 messages.append(msgspec.structs.replace(message, source="chat_history"))
     return messages, placed
+
+
+def abandoned_runs(batches: list[StoredBatch], incarnation: str = "") -> list[str]:
+    """The runs `batches` mark as failed for good, for the session incarnation `incarnation`."""
+    return [
+        b.abandoned_run
+        for b in batches
+        if b.abandoned_run and of_incarnation(b.incarnation, incarnation)
+    ]
 
 
 def document_chunks(

@@ -16,6 +16,7 @@ from runbus import ops, subjects
 from runbus.errors import RunbusError
 from runbus.headers import RunContext
 from runbus.history_batches import (
+    abandon_id,
     batch_id,
     compaction_id,
     compaction_to_store,
@@ -270,6 +271,9 @@ class HistoryService(Service):
             data = BATCH_ENCODER.encode(StoredBatch(messages=to_store, incarnation=incarnation))
             end = await store.append(self.nc, subject, data, batch_id(subject, to_store))
             stored, skipped = (len(to_store), skipped) if end else (0, len(request.messages))
+        if request.abandon and ctx.run_id:
+            subject = subjects.history_log(who.tenant, request.session_id)
+            await self._abandon(subject, ctx.run_id, incarnation)
         if request.release:
             await self._update(
                 record,
@@ -400,8 +404,9 @@ class HistoryService(Service):
                 size=page.size + placed.size,
                 limit=self.reply_limit,
             )
+        batches = [(s, BATCH_DECODER.decode(data)) for s, data in items]
         messages, compactions = core.document_history(
-            [(s, BATCH_DECODER.decode(data)) for s, data in items],
+            batches,
             [(s, core.COMPACTION_DECODER.decode(data)) for s, data in placed.items],
             record.incarnation,
         )
@@ -410,6 +415,7 @@ class HistoryService(Service):
                 record=msgspec.structs.replace(record, revision=0, incarnation=""),
                 messages=messages,
                 compactions=compactions,
+                abandoned_runs=core.abandoned_runs([b for _, b in batches], record.incarnation),
             ),
             next_after=more,
         )
@@ -490,6 +496,15 @@ class HistoryService(Service):
                 data = BATCH_ENCODER.encode(compaction)
                 msg_id = nonce + compaction_id(markers, compaction)
                 await store.append(self.nc, markers, data, msg_id)
+        for run_id in document.abandoned_runs:
+            await self._abandon(subject, run_id, record.incarnation, nonce)
+
+    async def _abandon(self, subject: str, run_id: str, incarnation: str, nonce: str = "") -> None:
+        """Mark `run_id` as failed for good on the session's `subject`: later loads leave its
+        messages out (they stay stored)."""
+        marker = StoredBatch(messages=[], incarnation=incarnation, abandoned_run=run_id)
+        msg_id = nonce + abandon_id(subject, run_id)
+        await store.append(self.nc, subject, BATCH_ENCODER.encode(marker), msg_id)
 
     async def on_delete(self, ctx: RunContext, request: SessionDelete) -> SessionDeleted:
         who = caller(ctx)
@@ -620,7 +635,7 @@ class HistoryService(Service):
                 limit=self.reply_limit,
             )
         batches = [BATCH_DECODER.decode(data) for _, data in page.items]
-        messages = core.loaded(batches, compaction, record.incarnation)
+        messages = core.loaded(batches, compaction, record.incarnation, abandoned=request.originals)
         if not paged:
             messages = core.last_turns(core.repair(messages), request.last_turns)
         return HistoryLoaded(

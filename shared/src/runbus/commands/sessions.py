@@ -145,9 +145,11 @@ async def write_document(pages: AsyncIterator[SessionExported], out: IO[bytes]) 
     temporary file until the messages are written. Memory holds one page."""
     written = 0
     started = False
+    abandoned: list[str] = []
     with tempfile.TemporaryFile() as spool:
         async for page in pages:
             document = page.document
+            abandoned.extend(document.abandoned_runs)
             if not started:
                 started = True
                 record = _ENCODER.encode(document.record)
@@ -164,7 +166,7 @@ async def write_document(pages: AsyncIterator[SessionExported], out: IO[bytes]) 
         spool.seek(0)
         for index, line in enumerate(spool):
             out.write((b"," if index else b"") + line.rstrip(b"\n"))
-        out.write(b"]}")
+        out.write(b'],"abandoned_runs":' + _ENCODER.encode(abandoned) + b"}")
 
 
 def document_parts(document: SessionDocument, part_bytes: int) -> list[SessionDocument]:
@@ -189,9 +191,13 @@ def document_parts(document: SessionDocument, part_bytes: int) -> list[SessionDo
         placed[number].append(
             msgspec.structs.replace(compaction, after=max(compaction.after - begin, 0))
         )
+    last = len(bounds) - 1
     return [
         msgspec.structs.replace(
-            document, messages=document.messages[begin:end], compactions=placed[number]
+            document,
+            messages=document.messages[begin:end],
+            compactions=placed[number],
+            abandoned_runs=document.abandoned_runs if number == last else [],
         )
         for number, (begin, end) in enumerate(bounds)
     ]

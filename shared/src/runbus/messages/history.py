@@ -46,6 +46,10 @@ class HistoryAppend(Message, frozen=True, tag="history.append"):
     """The session's incarnation as the run opened it (`SessionOpened.record`): an append
     for a session deleted and made again since is refused as `not_found`. Empty: whichever
     the session is now (a caller that does not know it)."""
+    abandon: bool = False
+    """The calling run (the `run_id` of the headers) failed for good: what it stored (its
+    input, its replies so far) stays stored for audit and export, but no later load returns
+    it, so the next run's prompt does not carry a failed run's leftovers."""
 
 
 class HistoryAppended(Message, frozen=True, tag="history.appended"):
@@ -94,6 +98,9 @@ class StoredBatch(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     incarnation: str = ""
     """The session incarnation it was stored for (`SessionRecord.incarnation`); a load of
     another incarnation skips it. Empty: stored before incarnations were kept, read by any."""
+    abandoned_run: str = ""
+    """A marker (no messages) stored when this run failed for good: a load that reads it
+    leaves out every message of that run (ids `<run_id>:…`), wherever it was stored."""
 
 
 BATCH_ENCODER = msgspec.json.Encoder()

@@ -122,6 +122,9 @@ class SessionDocument(Record, frozen=True):
     """Its history as stored, in order: every original, compacted or not."""
     compactions: list[StoredCompaction] = []
     """Its persisted compactions, oldest first; a load starts from the last one."""
+    abandoned_runs: list[str] = []
+    """Runs that failed for good: their messages are in `messages` (audit), loads leave them
+    out (`HistoryAppend.abandon`)."""
     format: Literal["runbus.session.v1"] = "runbus.session.v1"
     """Document format; a breaking change gets a new one."""
 

@@ -1,0 +1,72 @@
+"""A run that failed for good leaves nothing the next run's prompt loads: its messages stay
+stored (audit, export) behind a marker that every later load honours."""
+
+import msgspec
+from nats.aio.client import Client as NATS
+from opentelemetry import trace
+
+from runbus import ops
+from runbus.bus import Bus
+from runbus.headers import RunContext
+from runbus.messages import ChatMessage, HistoryAppend, HistoryLoad, TextContent
+from runbus.messages.sessions import SessionDelete, SessionExport, SessionImport, SessionOpen
+from tests.stack import Stack
+
+
+def ctx(run_id: str) -> RunContext:
+    return RunContext(run_id=run_id, session_id="s1", props={"tenant": "acme", "user_id": "alice"})
+
+
+def said(run_id: str, part: str, role: str = "user") -> ChatMessage:
+    return ChatMessage(
+        role=role,  # type: ignore[arg-type]
+        contents=[TextContent(text=f"{run_id} {part}")],
+        message_id=f"{run_id}:{part}",
+    )
+
+
+async def run_on(bus: Bus, run_id: str, *, abandon: bool = False) -> list[str]:
+    """Open the session as `run_id`, store its input and reply, release it (marked failed
+    for good with `abandon`); the ids the run loaded when it opened."""
+    opened = await bus.call(ops.SESSIONS_OPEN, SessionOpen(session_id="s1"), ctx=ctx(run_id))
+    messages = [said(run_id, "in"), said(run_id, "a1", "assistant")]
+    await bus.call(
+        ops.HISTORY_APPEND,
+        HistoryAppend(
+            session_id="s1",
+            messages=messages,
+            release=True,
+            abandon=abandon,
+            incarnation=opened.record.incarnation,
+        ),
+        ctx=ctx(run_id),
+    )
+    return [m.message_id for m in opened.messages]
+
+
+async def test_a_run_that_failed_for_good_is_left_out_of_later_loads_but_kept_for_audit(
+    stack: Stack, nc: NATS
+) -> None:
+    bus = Bus(nc, trace.get_tracer("test"))
+    await run_on(bus, "r-1")
+    await run_on(bus, "r-2", abandon=True)
+    seen_by_r3 = await run_on(bus, "r-3")
+    audit = await bus.call(
+        ops.HISTORY_LOAD, HistoryLoad(session_id="s1", originals=True), ctx=ctx("x")
+    )
+    exported = await bus.call(ops.SESSIONS_EXPORT, SessionExport(session_id="s1"), ctx=ctx("x"))
+    await bus.call(ops.SESSIONS_DELETE, SessionDelete(session_id="s1"), ctx=ctx("x"))
+    await bus.call(ops.SESSIONS_IMPORT, SessionImport(document=exported.document), ctx=ctx("x"))
+    seen_by_r4 = await run_on(bus, "r-4")
+    again = await bus.call(ops.SESSIONS_EXPORT, SessionExport(session_id="s1"), ctx=ctx("x"))
+
+    assert seen_by_r3 == ["r-1:in", "r-1:a1"]
+    assert [m.message_id for m in audit.messages] == [
+        f"{run}:{part}" for run in ("r-1", "r-2", "r-3") for part in ("in", "a1")
+    ]
+    assert exported.document.abandoned_runs == ["r-2"]
+    assert seen_by_r4 == ["r-1:in", "r-1:a1", "r-3:in", "r-3:a1"]
+    assert again.document.abandoned_runs == ["r-2"]
+    assert msgspec.json.encode(again.document.messages[:6]) == msgspec.json.encode(
+        exported.document.messages
+    )
