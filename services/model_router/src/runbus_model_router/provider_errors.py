@@ -1,10 +1,12 @@
 """An OpenAI-compatible provider's refusal → the router's typed failures, from the HTTP status,
 the headers and the JSON error body; no I/O, so each rule is tested on real providers' bodies.
 
-429, 5xx, 408 and 409 are worth retrying (after `Retry-After` when sent); 401, 403 and 404 say
-this target is misconfigured (another may work); any other refusal is the request's own fault.
-A prompt longer than the model's context is told apart from the other refusals, because its
-remedy is the agent's, not the provider's.
+429, 5xx, 408 and 409 are worth retrying (after `Retry-After` when sent), except a 429 whose
+body says no wait will help (an account out of quota, a request larger than the per-minute
+limit on its own) and a server that does not implement the call (501, 505): those, and 401,
+403 and 404, say this target cannot take the request (another may); any other refusal is the
+request's own fault. A prompt longer than the model's context is told apart from the other
+refusals, because its remedy is the agent's, not the provider's.
 """
 
 import re
@@ -35,6 +37,17 @@ CONTEXT_MESSAGE: Final = re.compile(
     re.IGNORECASE,
 )
 """The same refusal in words, from servers that send no code (vLLM, LM Studio, proxies)."""
+UNFIXABLE_CODES: Final = frozenset(
+    {"insufficient_quota", "billing_hard_limit_reached", "billing_not_active", "access_terminated"}
+)
+"""`error.code` / `error.type` of a 429 that no wait fixes: the account itself is refused."""
+UNFIXABLE_MESSAGE: Final = re.compile(
+    r"exceeded your current quota|request too large for|billing", re.IGNORECASE
+)
+"""The same in words: OpenAI's quota refusal, and a request over the per-minute token limit
+on its own ("Request too large for gpt-4o … on tokens per min")."""
+UNIMPLEMENTED: Final = frozenset({501, 505})
+"""5xx that no retry fixes: the server does not do what was asked."""
 _CONTEXT_SIZE: Final = re.compile(
     r"maximum context length is (\d+)|context size \((\d+) tokens\)", re.IGNORECASE
 )
@@ -94,13 +107,24 @@ def classify_status(
     """The failure an HTTP error response stands for."""
     error = error_object(body)
     reason = f"HTTP {status}: {describe(error, body)}"
+    if status in (401, 403, 404) or status in UNIMPLEMENTED or (status == 429 and unfixable(error)):
+        return TargetMisconfigured(reason, status=status)
     if status == 429 or status >= 500 or status in (408, 409):
         return ProviderUnavailable(reason, status=status, retry_after=retry_after(headers))
-    if status in (401, 403, 404):
-        return TargetMisconfigured(reason, status=status)
     if (overflow := context_overflow(error, model=model, status=status)) is not None:
         return overflow
     return ProviderRejected(reason, status=status)
+
+
+def unfixable(error: dict[str, Any] | None) -> bool:
+    """Whether an error body says no wait or retry makes this target take the request."""
+    if error is None:
+        return False
+    codes = {v for v in (error.get("code"), error.get("type")) if isinstance(v, str)}
+    message = error.get("message")
+    return bool(UNFIXABLE_CODES & codes) or (
+        isinstance(message, str) and UNFIXABLE_MESSAGE.search(message) is not None
+    )
 
 
 def classify_stream_error(error: object, *, model: str) -> ProviderFailure:
