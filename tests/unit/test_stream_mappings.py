@@ -1,5 +1,5 @@
-"""Every mapping of run events to a client's stream (AG-UI, A2A, OpenAI chat completions, the
-runs API's SSE and JSON, the CLI) handles every member of `RunEvent`.
+"""Every mapping of run events to a client's stream (AG-UI, A2A, OpenAI chat completions and
+responses, the runs API's SSE and JSON, the CLI) handles every member of `RunEvent`.
 
 The members come from the union itself and their samples from the golden wire files, so a new
 event type fails here until it has a sample and each table below says what it becomes. Each
@@ -17,7 +17,7 @@ from a2a.types import TaskArtifactUpdateEvent, TaskState
 
 from runbus.client import SequencedEvent
 from runbus.errors import Unavailable
-from runbus.messages import RunEvent, RunFailed
+from runbus.messages import RunCompleted, RunEvent, RunFailed, RunTextDelta
 from runbus.messages.runs import RUN_EVENT_DECODER
 from runbus.render import EventPrinter, waiting_on
 from runbus_ingress import runs as runs_api
@@ -26,6 +26,7 @@ from runbus_ingress.a2a_tasks import TaskUpdates
 from runbus_ingress.agui import Translator
 from runbus_ingress.errors import status_of
 from runbus_ingress.openai_chat import Completion, _whole
+from runbus_ingress.responses import Response
 
 GOLDEN_DIR: Final = Path(__file__).parents[1] / "contract" / "golden"
 
@@ -76,6 +77,25 @@ OPENAI_STREAM: Final[dict[str, tuple[int, bool]]] = {
 }
 """How many chunks a streamed chat completion sends for each event, and whether it ends."""
 
+_CLOSE: Final = [
+    "response.output_text.done",
+    "response.content_part.done",
+    "response.output_item.done",
+]
+_OPEN: Final = ["response.output_item.added", "response.content_part.added"]
+
+RESPONSES_STREAM: Final[dict[str, list[str]]] = {
+    "run.started": [],
+    "run.approval_requested": _CLOSE,  # server-side tools: the message before one is finished
+    "run.compacted": [],
+    "run.text_delta": [*_CLOSE, *_OPEN, "response.output_text.delta"],  # another message's
+    "run.tool_call": _CLOSE,
+    "run.tool_result": _CLOSE,
+    "run.completed": [*_CLOSE, "response.completed"],
+    "run.failed": [*_CLOSE, "response.failed"],
+}
+"""The Responses API stream events each run event becomes while a message is being streamed."""
+
 FINAL: Final = frozenset({"run.completed", "run.failed"})
 """The events that end a run: a whole (non-streamed) answer is built from one of them."""
 
@@ -84,7 +104,7 @@ PRINTED: Final = frozenset(TAGS) - {"run.started"}
 
 
 def test_every_table_says_what_every_run_event_becomes() -> None:
-    for table in (AGUI, A2A, OPENAI_STREAM):
+    for table in (AGUI, A2A, OPENAI_STREAM, RESPONSES_STREAM):
         assert sorted(table) == TAGS
     assert set(TAGS) >= FINAL
 
@@ -123,6 +143,43 @@ def test_a_streamed_chat_completion_maps_every_run_event(tag: str) -> None:
 
         assert all(frame.startswith(b"data: ") for frame in frames)
         assert (len(frames), ends) == OPENAI_STREAM[tag]
+
+
+def _kinds(frames: list[bytes]) -> list[str]:
+    kinds = []
+    for frame in frames:
+        head, _, data = frame.removesuffix(b"\n\n").partition(b"\ndata: ")
+        kind = msgspec.json.decode(data)["type"]
+        assert head == b"event: " + kind.encode()
+        kinds.append(kind)
+    return kinds
+
+
+@pytest.mark.parametrize("tag", TAGS)
+def test_a_streamed_response_maps_every_run_event(tag: str) -> None:
+    for event in samples(tag):
+        response = Response("travel", "r-1", "s-1")
+        opening = response.opening()
+        response.frames(RunTextDelta(run_id="r-1", message_id="m-streaming", delta="Looking "))
+
+        frames, ends = response.frames(event)
+
+        assert _kinds(opening) == ["response.created", "response.in_progress"]
+        assert _kinds(frames) == RESPONSES_STREAM[tag]
+        assert ends == (tag in FINAL)
+
+
+def test_a_response_whose_model_did_not_stream_still_sends_its_text_as_one_message() -> None:
+    (done,) = samples("run.completed")
+    assert isinstance(done, RunCompleted)
+    response = Response("travel", "r-1", "s-1")
+
+    frames, ends = response.frames(done)
+
+    assert _kinds(frames) == [*_OPEN, "response.output_text.delta", *_CLOSE, "response.completed"]
+    completed = msgspec.json.decode(frames[-1].partition(b"\ndata: ")[2])["response"]
+    assert completed["output"][0]["content"][0]["text"] == done.text
+    assert ends
 
 
 async def _events(event: RunEvent) -> AsyncGenerator[SequencedEvent, None]:

@@ -286,13 +286,24 @@ def paths() -> dict[str, dict[str, Any]]:
                 tag="openai",
             )
         },
+        "/v1/models/{model}": {
+            "get": _op(
+                "OpenAI model (one of the caller's agents)",
+                {"200": _ok("the agent", "Model"), **_errors(401, 404, 503, openai=True)},
+                params=[{**_param("model", type="string"), "example": "travel"}],
+                tag="openai",
+            )
+        },
         "/v1/responses": {
             "post": _op(
                 "OpenAI Responses (subset)",
                 {
                     "200": {
-                        "description": "a response",
-                        "content": {JSON: {"schema": {"type": "object"}}},
+                        "description": "a response, or its events as SSE with `stream`",
+                        "content": {
+                            JSON: {"schema": {"type": "object"}},
+                            SSE: {"schema": {"type": "string"}},
+                        },
                     },
                     **_errors(*COMMON, 409, 413, openai=True),
                 },

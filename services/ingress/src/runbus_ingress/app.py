@@ -34,6 +34,7 @@ ROUTES: Final = (
     web.delete("/v1/memories/{memory_id}", resources.on_forget_memory),
     web.post("/v1/chat/completions", openai_chat.on_chat_completions),
     web.get("/v1/models", openai_chat.on_list_models),
+    web.get("/v1/models/{model}", openai_chat.on_get_model),
     web.post("/v1/responses", responses.on_create_response),
     web.get("/openapi.json", openapi.on_openapi),
     web.get("/healthz", resources.on_healthz),

@@ -1,4 +1,5 @@
-"""`POST /v1/chat/completions` and `GET /v1/models`: a runbus agent behind OpenAI's API.
+"""`POST /v1/chat/completions`, `GET /v1/models` and `GET /v1/models/{model}`: a runbus agent
+behind OpenAI's API.
 
 `model` names the agent. runbus keeps the conversation server-side in a session: the run's input
 is the request's last user turn, and the session comes from the `Runbus-Session-Id` header, else
@@ -20,7 +21,7 @@ from aiohttp import web
 
 from runbus import ops
 from runbus.client import SequencedEvent
-from runbus.errors import BadRequest, RunbusError, Unavailable
+from runbus.errors import BadRequest, RunbusError, Unavailable, UnknownAgent
 from runbus.messages import (
     ChatMessage,
     Content,
@@ -218,6 +219,17 @@ async def on_list_models(request: web.Request) -> web.Response:
         listed = await client.call(ops.API_AGENTS_LIST, AgentList())
     models = [oa.Model(id=a.name, description=a.description) for a in listed.agents]
     return json_response(oa.ModelList(data=models))
+
+
+async def on_get_model(request: web.Request) -> web.Response:
+    """`GET /v1/models/{model}`: one of the caller's agents, as `client.models.retrieve` reads."""
+    name = request.match_info["model"]
+    async with ingress_of(request).client(request) as client:
+        listed = await client.call(ops.API_AGENTS_LIST, AgentList())
+    for agent in listed.agents:
+        if agent.name == name:
+            return json_response(oa.Model(id=agent.name, description=agent.description))
+    raise UnknownAgent(f"no agent {name!r}")
 
 
 async def _whole(

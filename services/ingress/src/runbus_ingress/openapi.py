@@ -39,6 +39,7 @@ _TYPES: Final = (
     OpenAIErrorBody,
     oa.ChatCompletionRequest,
     oa.ChatCompletion,
+    oa.Model,
     oa.ModelList,
     ResponseRequest,
     JsonRpcRequest,
