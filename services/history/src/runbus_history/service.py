@@ -74,6 +74,10 @@ WINDOW_BYTES: Final = 256 * 1024
 """Default high-water mark of the history a run loads: once what a load reads is larger (and
 never above a quarter of the bus's max payload), history keeps the last whole turns that fit
 in half of it, and stores that as a persisted compaction, so later loads read only that."""
+WINDOW_BATCHES: Final = 16
+"""A load past half the window that read more batches than this is windowed too: a load reads
+one compaction and a few batches rather than many (each stored message costs a load more than
+its bytes do), so what a run loads stays between half the window and a little more."""
 REPLY_HEADROOM: Final = 8 * 1024
 """Bytes of a reply's limit kept for what is not messages (record, framing, headers)."""
 EXCLUDED_IDS: Final = 1000
@@ -656,7 +660,9 @@ class HistoryService(Service):
         ):
             stored = await self._read(ctx, who, record.session_id, originals=True)
         messages = core.loaded(stored.batches, stored.compaction, record.incarnation)
-        if stored.size > self.window:
+        if stored.size > self.window or (
+            len(stored.batches) > WINDOW_BATCHES and stored.size > self.window // 2
+        ):
             windowed = await self._windowed(who, record, messages, stored.end)
             return History(windowed, True, stored.end)
         return History(messages, stored.compaction is not None, stored.end)
