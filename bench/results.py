@@ -298,6 +298,22 @@ class RealModel(Record, kw_only=True):
     cancel_to_idle_max_ms: float
 
 
+class LongSession(Record, kw_only=True):
+    """One session of many turns without compaction in the agent file (history's window)."""
+
+    turns: int
+    turn_bytes: int
+    max_payload: int
+    early_ms: float
+    """Median run latency over turns 6-15."""
+    late_ms: float
+    """Median run latency over the last 50 turns."""
+    late_over_early: float
+    late_max_ms: float
+    run_ms: list[float]
+    """Each run's latency, in turn order."""
+
+
 class SectionNumbers(Record, kw_only=True, omit_defaults=True):
     """What a per-service section's `run_benchmark()` returns besides its printed text."""
 
@@ -306,6 +322,7 @@ class SectionNumbers(Record, kw_only=True, omit_defaults=True):
     model_router_provider_cpu: dict[str, ProviderCpu] = {}
     """By the loopback server's way of streaming (token chunks, whole replies)."""
     real_model: RealModel | None = None
+    long_session: LongSession | None = None
 
 
 class Results(Record, kw_only=True, omit_defaults=True):
@@ -333,6 +350,7 @@ class Results(Record, kw_only=True, omit_defaults=True):
     streaming: Streaming | None = None
     model_router_provider_cpu: dict[str, ProviderCpu] = {}
     real_model: RealModel | None = None
+    long_session: LongSession | None = None
 
     def add(self, numbers: SectionNumbers) -> None:
         """A per-service section's numbers, where it measured any."""

@@ -428,6 +428,7 @@ TARGET_SECTIONS = (
     "slow_model",
     "overhead",
     "session_length",
+    "long_session",
     "tools",
 )
 """What `--targets` runs: every number a target is judged from (report.targets), and the
@@ -438,13 +439,22 @@ BUS_COUNT_RUNS = 20
 """Sequential runs over which the processes section counts the messages of a run."""
 RESUME_ACK_WAIT = 1.5
 """The in-process gateway's lowered ack_wait: the processes keep the default."""
-SECTIONS = ("history", "compaction", "model_router", "tools", "memory", "real_model")
+SECTIONS = (
+    "history",
+    "compaction",
+    "model_router",
+    "tools",
+    "memory",
+    "real_model",
+    "long_session",
+)
 """Per-service benchmarks, each a module of this folder with `run_benchmark()`."""
 QUICK_CONSTANTS: dict[str, dict[str, int]] = {"tools": {"N_OVERHEAD": 500}}
 QUICK_KWARGS: dict[str, dict[str, int]] = {
     "history": {"repeat": 50},
     "model_router": {"n": 500},
     "memory": {"repeat": 100, "writes": 300},
+    "long_session": {"turns": 200},
 }
 
 

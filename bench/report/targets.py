@@ -18,6 +18,9 @@ RATE_VS_POSTGRES = 3.0
 Postgres's."""
 SESSION_GROWTH = 1.2
 """Run 100 of a session at most this many times run 1 (persisted compaction)."""
+LONG_SESSION_GROWTH = 1.5
+"""A run at turn 1,000 of a session without compaction in its agent file at most this many
+times one at turn 10."""
 MEMORY_IDLE_MIB = 120.0
 STACK_IDLE_MIB = 450.0
 MODEL_CALLS = 4
@@ -90,7 +93,23 @@ def targets(results: Results) -> list[Target]:
             basis=f"{points.get(4, 0):.0f} calls/s / {points.get(1, 0):.0f} calls/s at 1",
         ),
         *durable_targets(results),
+        long_session_target(results),
     ]
+
+
+def long_session_target(results: Results) -> Target:
+    """A session far past the bus's max payload, no compaction in its agent file: its late
+    runs against turn 10 (and every run completed)."""
+    long = results.long_session
+    return Target(
+        f"turn {long.turns if long else 1000} vs turn 10 of a session, no compaction",
+        long.late_over_early if long else None,
+        LONG_SESSION_GROWTH,
+        at_least=False,
+        basis=f"median of the last 50 turns {ms(long.late_ms if long else None)} ms / "
+        f"turn 10 {ms(long.early_ms if long else None)} ms ({long.turn_bytes if long else 0}"
+        f" B turns, max payload {long.max_payload if long else 0:,} B; every run completed)",
+    )
 
 
 def best_rate(results: Results, clients: str) -> tuple[float | None, str]:
