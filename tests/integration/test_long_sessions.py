@@ -192,3 +192,29 @@ async def test_a_session_being_imported_in_parts_is_busy_until_its_last_part(
     assert started.record.active_run is not None
     assert finished.record.active_run is None
     assert user_texts(loaded.messages) == [question(n) for n in range(4)]
+
+
+@pytest.mark.slow
+async def test_a_thousand_turn_session_on_the_default_bus_stays_usable_and_reads_whole_in_pages(
+    nats_server: SecuredNats, tmp_path: Path
+) -> None:
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "agents" / "chatty.toml").write_text(AGENT)
+    model = GatedModel(long_answer)
+    async with start_stack(
+        nats_server.url,
+        data_dir=tmp_path / "data",
+        agents=load_agents(tmp_path / "agents"),
+        routes={"gated": model},
+    ):
+        nc = await nats.connect(nats_server.url)
+        client = RunbusClient(nc, token="dev-alice")
+        for n in range(1000):
+            await client.run("chatty", question(n), session_id="long")
+        audit = [m async for page in history_pages(client, "long", originals=True) for m in page]
+        limit = nc.max_payload
+        await nc.drain()
+
+    assert limit * 2 < 1000 * 2 * HALF_TURN, "the session is far past what one message carries"
+    assert max(len(msgspec.json.encode(r.messages)) for r in model.requests) < limit // 4
+    assert user_texts(audit) == [question(n) for n in range(1000)]
