@@ -3,17 +3,21 @@ else forwarded to the owning service with the caller's identity as trusted heade
 
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from datetime import UTC
+from typing import Any, Final
 
 import msgspec
 import structlog
 from nats.aio.client import Client as NATS
+from nats.js.errors import NotFoundError
 
 from runbus import headers as h
 from runbus import ops, subjects
 from runbus.bus import Bus
-from runbus.errors import NotFound
+from runbus.decoding import decode_untrusted
+from runbus.errors import NotFound, RunbusError
 from runbus.messages.runs import (
+    RUN_REQUEST_DECODER,
     AgentList,
     AgentListed,
     AgentSummary,
@@ -24,15 +28,20 @@ from runbus.messages.runs import (
     RunInfo,
     RunList,
     RunListed,
+    RunRecord,
 )
 from runbus.service import RAW_DECODER, Endpoint
 
 from .agents import AgentSpec
 from .approvals import Approvals
 from .auth import Principal, TokenVerifier
-from .runs import RunRecords
+from .runs import RunRecords, now
 
 log = structlog.get_logger()
+
+QUEUE_SCAN_LIMIT: Final = 10_000
+"""Most run requests a lookup of an unknown run id reads from the queue: the run queue holds
+only requests not yet finished, so this is far past any healthy queue's depth."""
 
 
 class ClientApi:
@@ -94,11 +103,55 @@ class ClientApi:
         )
 
     async def on_run_get(self, ctx: h.RunContext, request: RunGet) -> RunInfo:
+        """The caller's run: its record, or `queued` while its request waits in the queue for a
+        replica to admit it (a run is there from the moment JetStream accepted its request)."""
         principal = self._principal(ctx)
         record = await self.records.get(principal.tenant, principal.user_id, request.run_id)
         if record is None:
+            record = await self._queued(principal, request.run_id)
+        if record is None:
             raise NotFound(f"no run {request.run_id!r}")
         return RunInfo(record=record)
+
+    async def _queued(self, principal: Principal, run_id: str) -> RunRecord | None:
+        """The record of the caller's request `run_id` while it is still in the run queue; None
+        when there is none, or it is someone else's (its own token names its owner)."""
+        js = self.nc.jetstream()
+        seq = 1
+        for _ in range(QUEUE_SCAN_LIMIT):
+            try:
+                msg = await js.get_msg(
+                    subjects.RUNS_STREAM, seq=seq, subject=subjects.RUNS_ALL, next=True
+                )
+            except NotFoundError:
+                return None
+            assert msg.seq is not None
+            seq = msg.seq + 1
+            stored = msg.headers or {}
+            if stored.get(h.MSG_ID) != run_id:
+                continue
+            try:
+                owner = self.verifier.verify(stored.get(h.AUTH))
+                queued = decode_untrusted(RUN_REQUEST_DECODER, msg.data or b"", "run request")
+            except RunbusError:
+                continue  # admission will fail it and tell its sender
+            if (owner.tenant, owner.user_id) != (principal.tenant, principal.user_id):
+                continue
+            accepted = (msg.time or now()).astimezone(UTC)
+            parent = stored.get(h.TRACEPARENT, "").split("-")
+            return RunRecord(
+                run_id=run_id,
+                agent=queued.agent,
+                session_id=queued.session_id,
+                tenant=owner.tenant,
+                user_id=owner.user_id,
+                status="queued",
+                created_at=accepted,
+                updated_at=accepted,
+                attempts=0,
+                trace_id=parent[1] if len(parent) == 4 else "",
+            )
+        return None
 
     async def on_run_list(self, ctx: h.RunContext, request: RunList) -> RunListed:
         principal = self._principal(ctx)
