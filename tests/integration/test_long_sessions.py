@@ -28,6 +28,8 @@ from runbus.messages.sessions import (
     SessionExport,
     SessionGet,
     SessionImport,
+    SessionList,
+    SessionStateUpdate,
 )
 from runbus_gateway.agents import load_agents
 from tests.models import GatedModel, text
@@ -218,3 +220,25 @@ async def test_a_thousand_turn_session_on_the_default_bus_stays_usable_and_reads
     assert limit * 2 < 1000 * 2 * HALF_TURN, "the session is far past what one message carries"
     assert max(len(msgspec.json.encode(r.messages)) for r in model.requests) < limit // 4
     assert user_texts(audit) == [question(n) for n in range(1000)]
+
+
+async def test_a_listing_too_large_for_one_reply_says_some_were_left_out(
+    tmp_path: Path,
+) -> None:
+    async with chatty_stack(tmp_path) as (_, client, _model):
+        for n in range(8):
+            await client.run("chatty", question(n), session_id=f"s{n}")
+            await client.call(
+                ops.SESSIONS_STATE_UPDATE,
+                SessionStateUpdate(session_id=f"s{n}", key="notes", value="n" * 10_000),
+            )
+        listed = await client.call(ops.SESSIONS_LIST, SessionList(limit=8))
+        few = await client.call(ops.SESSIONS_LIST, SessionList(limit=2))
+
+    assert 0 < len(listed.records) < 8
+    assert listed.more
+    assert [r.session_id for r in listed.records] == [
+        f"s{n}" for n in range(7, 7 - len(listed.records), -1)
+    ]
+    assert len(few.records) == 2
+    assert not few.more

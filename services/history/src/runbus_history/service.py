@@ -343,7 +343,13 @@ class HistoryService(Service):
         who = caller(ctx)
         mine = [r for r in await self.records.list(who.tenant) if r.owner == who.user_id]
         mine.sort(key=lambda r: r.updated_at, reverse=True)
-        return SessionListed(records=mine[: request.limit])
+        listed, size = [], 0
+        for record in mine[: request.limit]:
+            size += len(BATCH_ENCODER.encode(record))
+            if size > self.reply_limit:
+                break
+            listed.append(record)
+        return SessionListed(records=listed, more=len(listed) < min(len(mine), request.limit))
 
     async def on_state_update(self, ctx: RunContext, request: SessionStateUpdate) -> SessionInfo:
         who = caller(ctx)

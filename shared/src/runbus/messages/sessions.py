@@ -91,6 +91,9 @@ class SessionList(Message, frozen=True, tag="sessions.list"):
 class SessionListed(Message, frozen=True, tag="sessions.listed"):
     records: list[SessionRecord]
     """The caller's sessions, newest first."""
+    more: bool = False
+    """Newer-first records were left out past these: the reply would not fit on the bus
+    (large state bags); ask with a smaller `limit`."""
 
 
 class SessionStateUpdate(Message, frozen=True, tag="sessions.state.update"):
