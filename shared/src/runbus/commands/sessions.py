@@ -86,6 +86,8 @@ async def handle_sessions(settings: Settings, args: argparse.Namespace) -> int:
                     _print_json(listed.records)
                 for record in [] if args.json else listed.records:
                     print(_describe(record))
+                if listed.more and not args.json:
+                    print("(more sessions did not fit in one reply: ask with a smaller --limit)")
             case "show":
                 info = await client.call(ops.SESSIONS_GET, SessionGet(session_id=args.session))
                 if args.json:
