@@ -1,16 +1,30 @@
 """A run that failed for good leaves nothing the next run's prompt loads: its messages stay
 stored (audit, export) behind a marker that every later load honours."""
 
+from pathlib import Path
+
 import msgspec
+import nats
+import pytest
 from nats.aio.client import Client as NATS
 from opentelemetry import trace
 
 from runbus import ops
 from runbus.bus import Bus
+from runbus.client import RunbusClient, RunFailedError
 from runbus.headers import RunContext
-from runbus.messages import ChatMessage, HistoryAppend, HistoryLoad, TextContent
+from runbus.messages import ChatMessage, HistoryAppend, HistoryLoad, ModelRequest, TextContent
 from runbus.messages.sessions import SessionDelete, SessionExport, SessionImport, SessionOpen
-from tests.stack import Stack
+from runbus_gateway.agents import load_agents
+from runbus_model_router.errors import ProviderRejected
+from tests.models import GatedModel, Reply, text
+from tests.stack import SecuredNats, Stack, start_stack
+
+PLAIN = """
+name = "plain"
+instructions = "You answer."
+model = "gated"
+"""
 
 
 def ctx(run_id: str) -> RunContext:
@@ -70,3 +84,48 @@ async def test_a_run_that_failed_for_good_is_left_out_of_later_loads_but_kept_fo
     assert msgspec.json.encode(again.document.messages[:6]) == msgspec.json.encode(
         exported.document.messages
     )
+
+
+def fails_once_on(word: str) -> Reply:
+    """Refuses (HTTP 400, no retry fixes it) any request whose last question has `word`."""
+
+    def reply(request: ModelRequest, step: int) -> ChatMessage:
+        asked = [m.text for m in request.messages if m.role == "user"][-1]
+        if word in asked:
+            raise ProviderRejected("HTTP 400: the provider refused the request", status=400)
+        return text(f"answer to {asked}")
+
+    return reply
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the gateway's bookkeeping must append abandon=true for a run that failed for good",
+)
+async def test_the_next_prompt_carries_nothing_of_a_run_that_failed_for_good(
+    nats_server: SecuredNats, tmp_path: Path
+) -> None:
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "agents" / "plain.toml").write_text(PLAIN)
+    model = GatedModel(fails_once_on("poison"))
+    async with start_stack(
+        nats_server.url,
+        data_dir=tmp_path / "data",
+        agents=load_agents(tmp_path / "agents"),
+        routes={"gated": model},
+    ):
+        nc = await nats.connect(nats_server.url)
+        client = RunbusClient(nc, token="dev-alice")
+        await client.run("plain", "first question", session_id="s")
+        with pytest.raises(RunFailedError) as failed:
+            await client.run("plain", "poison question", session_id="s")
+        await client.run("plain", "third question", session_id="s")
+        audit = await client.call(ops.HISTORY_LOAD, HistoryLoad(session_id="s", originals=True))
+        await nc.drain()
+
+    assert failed.value.known_code == "model_error"
+    # One call for the failed run: a refusal no retry fixes is not retried.
+    assert sum("poison" in str(r.messages[-1].text) for r in model.requests) == 1
+    last = [m.text for m in model.requests[-1].messages if m.role == "user"]
+    assert last == ["first question", "third question"]
+    assert "poison question" in [m.text for m in audit.messages]
