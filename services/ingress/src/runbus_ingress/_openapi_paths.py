@@ -90,6 +90,36 @@ RUN_ID = _param("run_id")
 A2A_AGENT = {**_param("agent"), "example": "travel"}
 A2A_EXAMPLE = {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "r-none"}}
 COMMON = (400, 401, 404, 503)
+MCP_EXAMPLE = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+JSON_RPC_MESSAGE: Final = {
+    "type": "object",
+    "properties": {
+        "jsonrpc": {"const": "2.0"},
+        "id": {"type": ["string", "integer"]},
+        "method": {"type": "string"},
+        "params": {"type": "object"},
+    },
+    "required": ["jsonrpc"],
+}
+"""An MCP message: a request, a notification (no `id`) or a response to the server."""
+JSON_RPC_ERROR: Final = {
+    "type": "object",
+    "properties": {
+        "jsonrpc": {"const": "2.0"},
+        "id": {"type": ["string", "integer", "null"]},
+        "error": {
+            "type": "object",
+            "properties": {"code": {"type": "integer"}, "message": {"type": "string"}},
+            "required": ["code", "message"],
+        },
+    },
+    "required": ["jsonrpc", "error"],
+}
+
+
+def _json_rpc_error(description: str) -> dict[str, Any]:
+    """The MCP endpoint's refusals of a message: the SDK's JSON-RPC error, by HTTP status."""
+    return {"description": description, "content": {JSON: {"schema": JSON_RPC_ERROR}}}
 
 
 def paths() -> dict[str, dict[str, Any]]:
@@ -209,6 +239,37 @@ def paths() -> dict[str, dict[str, Any]]:
                 {"200": _ok("the AgentCard", None, JSON), **_errors(*COMMON)},
                 params=[A2A_AGENT],
                 tag="a2a",
+            )
+        },
+        "/v1/mcp": {
+            "post": _op(
+                "MCP (streamable HTTP, stateless): each agent the caller may run is a tool;"
+                " tools/call runs it as the caller and answers with its final text",
+                {
+                    "200": {
+                        "description": "a JSON-RPC response, or SSE carrying progress"
+                        " notifications and then the response",
+                        "content": {
+                            JSON: {"schema": {"type": "object"}},
+                            SSE: {"schema": {"type": "string"}},
+                        },
+                    },
+                    "202": {"description": "a notification, accepted"},
+                    "400": {
+                        "description": "not a JSON-RPC message (runbus's `bad_request`), or one"
+                        " the MCP server refuses (a JSON-RPC error)",
+                        "content": {
+                            JSON: {"schema": {"oneOf": [_ref("ErrorReply"), JSON_RPC_ERROR]}}
+                        },
+                    },
+                    "406": _json_rpc_error("`Accept` lacks application/json or text/event-stream"),
+                    **_errors(401, 413, 503),
+                },
+                body=_example(
+                    {"required": True, "content": {JSON: {"schema": JSON_RPC_MESSAGE}}},
+                    MCP_EXAMPLE,
+                ),
+                tag="mcp",
             )
         },
         "/v1/agents": {

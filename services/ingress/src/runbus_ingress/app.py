@@ -6,7 +6,17 @@ from typing import Final
 
 from aiohttp import web
 
-from . import a2a_routes, agui, console, openai_chat, openapi, resources, responses, runs
+from . import (
+    a2a_routes,
+    agui,
+    console,
+    mcp_endpoint,
+    openai_chat,
+    openapi,
+    resources,
+    responses,
+    runs,
+)
 from .connections import UserConnections
 from .context import INGRESS_KEY, Ingress, json_response
 from .errors import typed_errors
@@ -26,6 +36,7 @@ ROUTES: Final = (
     web.post("/v1/agui/{agent}", agui.on_run_agent),
     web.post("/v1/a2a/{agent}", a2a_routes.on_rpc),
     web.get("/v1/a2a/{agent}/.well-known/agent-card.json", a2a_routes.on_agent_card),
+    web.post("/v1/mcp", mcp_endpoint.on_mcp),
     web.get("/v1/agents", resources.on_list_agents),
     web.get("/v1/sessions", resources.on_list_sessions),
     web.get("/v1/sessions/{session_id}", resources.on_get_session),
