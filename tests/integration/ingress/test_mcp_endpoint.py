@@ -4,6 +4,8 @@ steps as progress), failures and pending approvals as error results, cancellatio
 run under the bearer token's own user."""
 
 import asyncio
+import os
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -312,3 +314,28 @@ async def test_the_per_request_envelope_lists_calls_and_cancels_by_closing_the_c
     assert version == "2026-07-28"
     assert {tool.name for tool in listed.tools} == set(AGENTS)
     assert text_of(result) == final.text
+
+
+async def test_the_example_client_lists_the_tools_and_prints_the_answer_and_its_run(
+    served_mcp: Served, alice: RunbusClient
+) -> None:
+    example = Path(__file__).parents[3] / "examples" / "mcp_agents.py"
+    base = served_mcp.url.removesuffix("/v1/mcp")
+    env = {**os.environ, "RUNBUS_HTTP_URL": base, "RUNBUS_TOKEN": "dev-alice"}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(example),
+        "Weather in Sydney?",
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    lines = out.decode().splitlines()
+    run_id = lines[-1].split()[1].rstrip(",")
+    final = await completed(alice, run_id)
+
+    assert process.returncode == 0, err.decode()
+    assert lines[0] == "tools: " + ", ".join(sorted(AGENTS))
+    assert "  … calling get_weather" in lines
+    assert f"answer: {final.text}" in lines
