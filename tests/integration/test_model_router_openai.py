@@ -346,6 +346,7 @@ async def test_each_call_is_a_chat_span_naming_the_provider_and_its_usage(
     assert chat.name == "chat small-1"
     assert attributes["gen_ai.provider.name"] == "openai"
     assert attributes["gen_ai.response.model"] == "loopback-1"
+    assert attributes["gen_ai.response.id"] == "chatcmpl-loopback"  # the provider's own id
     assert attributes["server.address"] == "127.0.0.1"
     assert attributes["server.port"] == provider.port
     assert (attributes["gen_ai.usage.input_tokens"], attributes["gen_ai.usage.output_tokens"]) == (

@@ -1,5 +1,8 @@
 """Chat-client middleware around each attempt: the gen_ai span, metrics and the prompt audit."""
 
+import dataclasses
+
+import msgspec
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader
@@ -84,6 +87,20 @@ async def test_each_attempt_is_a_chat_span_with_gen_ai_attributes() -> None:
         "gen_ai.usage.input_tokens": response.usage.input_tokens,
         "gen_ai.usage.output_tokens": response.usage.output_tokens,
     }
+
+
+async def test_a_chat_span_names_the_message_it_writes_as_the_response_id() -> None:
+    spans = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    send = chain([Tracing(provider.get_tracer("t"))], backend)
+    asked = call(TextContent(text="hi"))
+    request = msgspec.structs.replace(asked.request, message_id="r-1:m0")
+
+    await send(dataclasses.replace(asked, request=request))
+
+    (span,) = spans.get_finished_spans()
+    assert (span.attributes or {})["gen_ai.response.id"] == "r-1:m0"
 
 
 async def test_a_failed_attempt_marks_its_span_with_the_error_type() -> None:

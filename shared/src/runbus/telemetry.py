@@ -20,6 +20,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.util.types import AttributeValue
 
 from .headers import TRACEPARENT
+from .instance import HOST_METADATA, PID_METADATA, instance_metadata
 
 _PROPAGATOR: Final = propagate.get_global_textmap()
 """`OTEL_PROPAGATORS` (default `tracecontext,baggage`), read once at import."""
@@ -27,6 +28,7 @@ _FIELDS: Final = frozenset(_PROPAGATOR.fields)
 """Header names the propagators read: a message carrying none of them has no parent."""
 OTLP_ENDPOINT_VARS: Final = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 EXPORTERS_VAR: Final = "OTEL_TRACES_EXPORTER"
+INSTANCE_ID: Final = "service.instance.id"
 DOWN_REPORT_EVERY: Final = 60.0
 """Seconds between two reports of an OTLP collector that keeps failing."""
 
@@ -45,8 +47,14 @@ def create_tracer_provider(
     `parentbased_traceidratio` with `0.01`: a run is kept or dropped whole, at its root),
     `OTEL_SDK_DISABLED`. With nothing to export to (no exporter, no `processors`), spans do not
     record: trace ids still travel and stamp log lines, at almost no cost.
+
+    `service.instance.id` tells replicas apart: `<host>:<pid>`, the host and pid each replica
+    publishes in its `$SRV` metadata (unless `OTEL_RESOURCE_ATTRIBUTES` names one).
     """
     attributes = {} if os.environ.get("OTEL_SERVICE_NAME") else {"service.name": service_name}
+    if INSTANCE_ID not in os.environ.get("OTEL_RESOURCE_ATTRIBUTES", ""):
+        metadata = instance_metadata()
+        attributes[INSTANCE_ID] = f"{metadata[HOST_METADATA]}:{metadata[PID_METADATA]}"
     exporters = _exporters()
     processors = list(processors)
     sampler = ALWAYS_OFF if not exporters and not processors else None  # None: OTEL_TRACES_SAMPLER

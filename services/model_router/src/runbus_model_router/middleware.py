@@ -32,6 +32,8 @@ from runbus.messages import (
 from .backends import OnDelta
 from .routing import Target
 
+RESPONSE_ID: Final = "gen_ai.response.id"
+
 log = structlog.get_logger()
 
 
@@ -113,6 +115,10 @@ class Tracing:
             record_exception=False,
             set_status_on_exception=False,
         ) as span:
+            if call.request.message_id:
+                # runbus's id of the message this call writes; a provider's own completion id
+                # replaces it (set by its backend inside this span).
+                span.set_attribute(RESPONSE_ID, call.request.message_id)
             try:
                 response = await call_next(call)
             except Exception as exc:

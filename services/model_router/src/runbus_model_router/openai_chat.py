@@ -20,6 +20,7 @@ import aiohttp
 import msgspec
 import structlog
 from multidict import CIMultiDict
+from opentelemetry import trace
 from yarl import URL
 
 from runbus.errors import RunbusError
@@ -40,6 +41,7 @@ from .backends import OnDelta
 from .config import BackendConfig, RouteConfigError
 from .errors import BadToolArguments, ProviderUnavailable
 from .http_session import env_proxy, open_session
+from .middleware import RESPONSE_ID
 from .openai_wire import (
     CHUNK_DECODER,
     REQUEST_ENCODER,
@@ -229,6 +231,9 @@ class OpenAIChatModel:
             log.exception("provider_call_failed", model=self.model)
             raise ProviderUnavailable(f"unexpected {type(exc).__name__}: {exc}") from None
         reply = assembler.result()
+        if reply.response_id:
+            # The provider's completion id, on the `chat` span this call runs in.
+            trace.get_current_span().set_attribute(RESPONSE_ID, reply.response_id)
         contents, finish_reason = reply.contents, reply.finish_reason
         if structured:
             contents, finish_reason = await _read_structured(reply, offered, on_delta)
