@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 import aiohttp
 import nats
 import pytest
+from opentelemetry.trace import TracerProvider
 
 from runbus.client import RunbusClient
 from runbus_ingress.connections import UserConnections
@@ -24,11 +25,18 @@ async def ingress(
     keepalive: float = 15.0,
     connections: UserConnections | None = None,
     jaeger_url: str = "",
+    tracer_provider: TracerProvider | None = None,
 ) -> AsyncIterator[tuple[str, aiohttp.ClientSession]]:
     """The ingress on a free port (each user on their own bus connection) and an HTTP client."""
     async with (
         listening(
-            url, "127.0.0.1", 0, keepalive=keepalive, connections=connections, jaeger_url=jaeger_url
+            url,
+            "127.0.0.1",
+            0,
+            keepalive=keepalive,
+            connections=connections,
+            jaeger_url=jaeger_url,
+            tracer_provider=tracer_provider,
         ) as base,
         aiohttp.ClientSession(base, timeout=aiohttp.ClientTimeout(total=30)) as http,
     ):

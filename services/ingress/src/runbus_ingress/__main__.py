@@ -8,6 +8,7 @@ import uvloop
 from runbus.logs import configure_logging
 from runbus.settings import SettingsError, load_settings
 
+from .observe import log_to_file
 from .server import serve
 
 
@@ -23,6 +24,7 @@ def main() -> None:
     args = parser.parse_args()
     json_logs = {"auto": None, "json": True, "console": False}[settings.log_format]
     configure_logging(settings.log_level, json=json_logs)
+    log_to_file(settings.data_path / "logs")
     uvloop.run(serve(settings, args.host, args.port))
 
 

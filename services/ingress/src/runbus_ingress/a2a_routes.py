@@ -64,7 +64,7 @@ from . import sse
 from .a2a_card import agent_card, card_document
 from .a2a_handler import STATE_KEY, RunbusCall, RunbusRequestHandler, as_dict
 from .bodies import bearer_token
-from .context import caller_trace, identifier, ingress_of, json_response
+from .context import identifier, ingress_of, json_response
 
 log = structlog.get_logger()
 
@@ -174,12 +174,11 @@ async def on_rpc(request: web.Request) -> web.StreamResponse:
         state = {STATE_KEY: RunbusCall(client, agent, ingress.idle_timeout)}
         context = ServerCallContext(state=state)
         try:
-            with caller_trace(request):
-                if envelope.method in STREAMING:
-                    frames = _stream(envelope, context)
-                    first = await anext(frames)
-                else:
-                    return json_response(await _unary(envelope, context))
+            if envelope.method in STREAMING:
+                frames = _stream(envelope, context)
+                first = await anext(frames)
+            else:
+                return json_response(await _unary(envelope, context))
         except (A2AError, RunbusError) as exc:
             return _error(request_id, _a2a_error(exc))
         return await _send_stream(request, request_id, first, frames)

@@ -42,7 +42,6 @@ from runbus.messages.sessions import SessionGet
 from . import sse
 from .context import (
     RUN_ID_HEADER,
-    caller_trace,
     checked_identifier,
     identifier,
     ingress_of,
@@ -165,8 +164,7 @@ async def on_run_agent(request: web.Request) -> web.StreamResponse:
     run_id = checked_identifier(body.run_id, "run_id")
     messages = run_input(body)
     async with ingress.client(request) as client:
-        with caller_trace(request):
-            await client.start(agent, messages, session_id=thread_id, run_id=run_id)
+        await client.start(agent, messages, session_id=thread_id, run_id=run_id)
         return await _agui_stream(request, client, Translator(thread_id, run_id), after=0)
 
 

@@ -5,6 +5,8 @@ from collections.abc import AsyncIterator
 from typing import Final
 
 from aiohttp import web
+from opentelemetry import trace
+from opentelemetry.trace import TracerProvider
 
 from . import (
     a2a_routes,
@@ -20,6 +22,7 @@ from . import (
 from .connections import UserConnections
 from .context import INGRESS_KEY, Ingress, json_response
 from .errors import typed_errors
+from .observe import TRACER_KEY, observed
 
 MAX_BODY: Final = 4 * 1024 * 1024
 """Largest request body; the gateway refuses input text over 256 KiB anyway, the rest is room
@@ -62,16 +65,20 @@ def build_app(
     max_body: int = MAX_BODY,
     jaeger_url: str = "",
     connections: UserConnections | None = None,
+    tracer_provider: TracerProvider | None = None,
 ) -> web.Application:
-    """The ingress for the bus at `url`; each user's requests use a connection of their own."""
+    """The ingress for the bus at `url`; each user's requests use a connection of their own.
+    Its HTTP server spans go to `tracer_provider` (default: the process's)."""
     ingress = Ingress(
         connections=UserConnections(url) if connections is None else connections,
         idle_timeout=idle_timeout,
         keepalive=keepalive,
         jaeger_url=jaeger_url if "{trace_id}" in jaeger_url else jaeger_url.rstrip("/"),
     )
-    app = web.Application(client_max_size=max_body, middlewares=[typed_errors])
+    # The span and the access log see the answer the error middleware made of a failure.
+    app = web.Application(client_max_size=max_body, middlewares=[observed, typed_errors])
     app[INGRESS_KEY] = ingress
+    app[TRACER_KEY] = trace.get_tracer("runbus.ingress", tracer_provider=tracer_provider)
     app.add_routes(ROUTES)
 
     async def connections_open(app: web.Application) -> AsyncIterator[None]:

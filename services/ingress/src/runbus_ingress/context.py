@@ -1,19 +1,17 @@
 """What every route shares: the caller's bus client, request parameters and JSON answers."""
 
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
 import msgspec
 from aiohttp import hdrs, web
-from opentelemetry import context as otel_context
 
 from runbus.client import RunbusClient
 from runbus.decoding import decode_untrusted
 from runbus.errors import BadRequest
 from runbus.messages import is_identifier
-from runbus.telemetry import extract
 
 from .bodies import bearer_token
 from .connections import UserConnections
@@ -93,13 +91,3 @@ def json_response(
 def decode_body(body: bytes, decoder: "msgspec.json.Decoder[T]", what: str) -> T:
     """A request body, or `bad_request` naming what was wrong with it."""
     return decode_untrusted(decoder, body, f"{what} body")
-
-
-@contextmanager
-def caller_trace(request: web.Request) -> Iterator[None]:
-    """A caller that sends `traceparent` gets the run in its own trace."""
-    token = otel_context.attach(extract(request.headers))
-    try:
-        yield
-    finally:
-        otel_context.detach(token)

@@ -43,7 +43,6 @@ from . import openai_wire as oa
 from . import sse
 from .context import (
     RUN_ID_HEADER,
-    caller_trace,
     checked_identifier,
     decode_body,
     ingress_of,
@@ -197,10 +196,7 @@ async def on_chat_completions(request: web.Request) -> web.StreamResponse:
     session_id = named or f"s-{uuid.uuid4().hex[:16]}"
     messages = run_input(body.messages, resumed=named is not None)
     async with ingress.client(request) as client:
-        with caller_trace(request):
-            run_id, trace_id = await client.start_traced(
-                body.model, messages, session_id=session_id
-            )
+        run_id, trace_id = await client.start_traced(body.model, messages, session_id=session_id)
         completion = Completion(body.model, run_id, session_id, trace_id)
         headers = {RUN_ID_HEADER: run_id, SESSION_HEADER: session_id}
         async with aclosing(client.follow(run_id, timeout=ingress.idle_timeout)) as events:

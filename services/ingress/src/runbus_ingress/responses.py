@@ -37,7 +37,6 @@ from runbus.messages.runs import RunGet
 from . import sse
 from .context import (
     RUN_ID_HEADER,
-    caller_trace,
     checked_identifier,
     decode_body,
     ingress_of,
@@ -290,8 +289,7 @@ async def on_create_response(request: web.Request) -> web.StreamResponse:
         run_id = f"r-{uuid.uuid4().hex[:16]}"
         headers = {RUN_ID_HEADER: run_id, SESSION_HEADER: session_id}
         response = Response(agent, run_id, session_id, body.metadata)
-        with caller_trace(request):
-            await client.start_traced(agent, [message], session_id=session_id, run_id=run_id)
+        await client.start_traced(agent, [message], session_id=session_id, run_id=run_id)
         async with aclosing(client.follow(run_id, timeout=ingress.idle_timeout)) as events:
             if not body.stream:
                 return await _whole(response, events, headers)

@@ -41,7 +41,6 @@ from .bodies import decode_start_run
 from .context import (
     RUN_ID_HEADER,
     TRACE_ID_HEADER,
-    caller_trace,
     decode_body,
     identifier,
     identifier_query,
@@ -88,10 +87,9 @@ async def on_start_run(request: web.Request) -> web.StreamResponse:
     run_id = start.run_id or new_run_id()
     session_id = start.session()
     async with ingress.client(request) as client:
-        with caller_trace(request):
-            _, trace_id = await client.start_traced(
-                start.agent, start.message(), session_id=session_id, run_id=run_id
-            )
+        _, trace_id = await client.start_traced(
+            start.agent, start.message(), session_id=session_id, run_id=run_id
+        )
         log.info("http_run_started", run_id=run_id, agent=start.agent)
         headers = {RUN_ID_HEADER: run_id, TRACE_ID_HEADER: trace_id}
         if _flag(request, "detach"):

@@ -7,6 +7,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 
 import structlog
 from aiohttp import web
+from opentelemetry.trace import TracerProvider
 
 from runbus.runner import resolve_nats_url
 from runbus.settings import Settings
@@ -14,8 +15,8 @@ from runbus.telemetry import setup_tracing
 
 from .app import build_app
 from .connections import UserConnections
+from .observe import SERVICE_NAME
 
-SERVICE_NAME = "http_ingress"
 SHUTDOWN_TIMEOUT = 5.0
 """Seconds open streams get at shutdown; their clients resume elsewhere with Last-Event-ID."""
 
@@ -30,6 +31,7 @@ async def listening(
     keepalive: float = 15.0,
     jaeger_url: str = "",
     connections: UserConnections | None = None,
+    tracer_provider: TracerProvider | None = None,
 ) -> AsyncIterator[str]:
     """Serve the ingress for the bus at `url` on `host:port` (0: any free port) and yield its
     base URL."""
@@ -39,6 +41,7 @@ async def listening(
         keepalive=keepalive,
         jaeger_url=jaeger_url,
         connections=connections,
+        tracer_provider=tracer_provider,
     )
     # A client that hangs up cancels its handler at once: the run lives on the bus, and the
     # subscription that followed it for this client is closed without waiting for an event.
@@ -55,7 +58,8 @@ async def listening(
 
 
 async def serve(settings: Settings, host: str, port: int) -> None:
-    log = structlog.get_logger().bind(service=SERVICE_NAME)
+    structlog.contextvars.bind_contextvars(service=SERVICE_NAME)
+    log = structlog.get_logger()
     provider = setup_tracing(SERVICE_NAME)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
