@@ -18,6 +18,7 @@ from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
+from structlog.testing import capture_logs
 
 from runbus import ops
 from runbus.client import RunbusClient
@@ -339,3 +340,36 @@ async def test_the_example_client_lists_the_tools_and_prints_the_answer_and_its_
     assert lines[0] == "tools: " + ", ".join(sorted(AGENTS))
     assert "  … calling get_weather" in lines
     assert f"answer: {final.text}" in lines
+
+
+async def test_another_users_cancel_naming_the_same_request_id_leaves_the_call_running(
+    served_mcp: Served, alice: RunbusClient
+) -> None:
+    headers = {
+        **BOB,
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2025-11-25",
+    }
+    acknowledged = []
+    async with mcp_session(served_mcp.url, ALICE) as session:
+        call = asyncio.create_task(session.call_tool("slow", {"input": "Weather?"}))
+        await asyncio.wait_for(served_mcp.held.reached.wait(), 20)
+        with capture_logs() as logs:
+            async with aiohttp.ClientSession(headers=headers) as http:
+                for request_id in [*range(10), *map(str, range(10))]:
+                    cancel = {
+                        "jsonrpc": "2.0",
+                        "method": "notifications/cancelled",
+                        "params": {"requestId": request_id},
+                    }
+                    async with http.post(served_mcp.url, json=cancel) as response:
+                        acknowledged.append(response.status)
+        # Each 202 comes after its cancel was acted on: the call is let go only now.
+        served_mcp.held.release.set()
+        result = await asyncio.wait_for(call, 20)
+
+    assert set(acknowledged) == {202}
+    # Not even tried: the gateway would have refused, but Bob's ids never named Alice's run.
+    assert not [e for e in logs if e["event"].startswith("mcp_run_cancel")]
+    assert not result.is_error
+    assert text_of(result) == (await completed(alice, run_id_of(result))).text

@@ -17,7 +17,7 @@ import mcp_types as types
 import msgspec
 import structlog
 from aiohttp import hdrs, web
-from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
@@ -116,6 +116,10 @@ class JsonRpcMessage(msgspec.Struct, frozen=True, kw_only=True):
 _MESSAGE = msgspec.json.Decoder(JsonRpcMessage)
 
 
+Owner = tuple[str, str]
+"""(tenant, user_id)."""
+
+
 @dataclass(frozen=True)
 class Caller:
     """Who an MCP request is from: their own bus client and identity, from the bearer token of
@@ -127,17 +131,21 @@ class Caller:
     idle_timeout: float
     """Seconds a call waits for the next event of its run."""
 
+    @property
+    def owner(self) -> Owner:
+        return self.tenant, self.user_id
+
 
 @dataclass
 class InFlight:
     """The runs of the tool calls being answered, by owner and JSON-RPC request id: what a
-    `notifications/cancelled` (a request of its own in the stateless 2025 handshake) names."""
+    `notifications/cancelled` (an HTTP request of its own in the 2025 handshake) names."""
 
-    runs: dict[tuple[str, str, types.RequestId], set[str]] = field(default_factory=dict)
+    runs: dict[tuple[Owner, types.RequestId], set[str]] = field(default_factory=dict)
 
     @contextmanager
-    def holding(self, caller: Caller, request_id: types.RequestId, run_id: str) -> Iterator[None]:
-        key = (caller.tenant, caller.user_id, request_id)
+    def holding(self, owner: Owner, request_id: types.RequestId, run_id: str) -> Iterator[None]:
+        key = (owner, request_id)
         self.runs.setdefault(key, set()).add(run_id)
         try:
             yield
@@ -147,8 +155,9 @@ class InFlight:
             if not held:
                 del self.runs[key]
 
-    def named(self, caller: Caller, request_id: types.RequestId) -> set[str]:
-        return set(self.runs.get((caller.tenant, caller.user_id, request_id), ()))
+    def named(self, owner: Owner, request_id: types.RequestId) -> set[str]:
+        """The owner's runs of calls with this request id (another owner's are never named)."""
+        return set(self.runs.get((owner, request_id), ()))
 
 
 IN_FLIGHT: Final = InFlight()
@@ -199,7 +208,7 @@ async def on_call_tool(
     meta[f"{META_PREFIX}trace_id"] = trace_id
     log.info("mcp_run_started", run_id=run_id, agent=agent, user_id=caller.user_id)
     request_id = ctx.request_id if ctx.request_id is not None else run_id
-    with IN_FLIGHT.holding(caller, request_id, run_id):
+    with IN_FLIGHT.holding(caller.owner, request_id, run_id):
         try:
             return await _settle(ctx, caller, agent, run_id, meta)
         except RunbusError as exc:
@@ -265,16 +274,14 @@ async def _settle(
     raise Unavailable(f"the events of run {run_id} ended without a final event")
 
 
-async def on_cancelled(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
-    """Server middleware: a `notifications/cancelled` cancels the runs of the calls it names
-    (in the stateless 2025 handshake it arrives on a request of its own)."""
-    if ctx.method == "notifications/cancelled" and ctx.request_id is None:
-        request_id = cancelled_request_id_from_params(ctx.params)
-        caller = caller_of(ctx)
-        if request_id is not None:
-            for run_id in IN_FLIGHT.named(caller, request_id):
-                await _cancel(caller, run_id)
-    return await call_next(ctx)
+async def on_cancelled(caller: Caller, message: JsonRpcMessage) -> None:
+    """A `notifications/cancelled` cancels the runs of the caller's calls it names. Stateless,
+    the SDK acknowledges a notification and drops it with its request; so it is acted on here,
+    before the acknowledgement, and only ever on the caller's own calls."""
+    request_id = cancelled_request_id_from_params(message.params)
+    if request_id is not None:
+        for run_id in IN_FLIGHT.named(caller.owner, request_id):
+            await _cancel(caller, run_id)
 
 
 async def _cancel(caller: Caller, run_id: str) -> None:
@@ -313,7 +320,6 @@ SERVER: Final = Server(
     on_list_tools=on_list_tools,
     on_call_tool=on_call_tool,
 )
-SERVER.middleware.append(on_cancelled)
 
 
 async def on_mcp(request: web.Request) -> web.StreamResponse:
@@ -324,6 +330,8 @@ async def on_mcp(request: web.Request) -> web.StreamResponse:
     async with ingress.client(request) as client:
         me = await client.identity()  # an unknown token is a 401 here too, not an MCP error
         caller = Caller(client, me.tenant, me.user_id, ingress.idle_timeout)
+        if message.method == "notifications/cancelled" and message.id is None:
+            await on_cancelled(caller, message)
         # Stateless: any ingress replica answers any request, and nothing is kept between
         # them; the manager lives as long as this request (0.09 ms to make and start). A tool
         # call is answered as SSE, which carries its progress and keeps a long run's answer
