@@ -31,10 +31,10 @@ from runbus.messages.runs import (
     RunRecord,
 )
 from runbus.service import RAW_DECODER, Endpoint
+from runbus.tokens import Principal, TokenVerifier
 
 from .agents import AgentSpec
 from .approvals import Approvals
-from .auth import Principal, TokenVerifier
 from .runs import RunRecords, now
 
 log = structlog.get_logger()

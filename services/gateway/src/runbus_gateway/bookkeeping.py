@@ -16,8 +16,8 @@ from runbus.messages import ErrorInfo, RunCompleted, is_identifier
 from runbus.messages.runs import RunRecord, RunStatus
 from runbus.tokens import Principal
 
+from .agents import AgentSpec
 from .errors import DeadLettered, RunCancelled
-from .harness.runtime import Harness
 from .harness.user_errors import user_error
 from .ports import BusPorts
 from .run.events import RunEvents
@@ -31,12 +31,12 @@ log = structlog.get_logger()
 
 class RunBook:
     def __init__(
-        self, bus: Bus, ports: BusPorts, records: RunRecords, harnesses: dict[str, Harness]
+        self, bus: Bus, ports: BusPorts, records: RunRecords, agents: dict[str, AgentSpec]
     ) -> None:
         self.bus = bus
         self.ports = ports
         self.records = records
-        self.harnesses = harnesses
+        self.agents = agents
 
     async def completed(self, ctx: h.RunContext, record: RunRecord, done: RunCompleted) -> None:
         """The final event, then the record; both stored before the request is acked."""
@@ -97,8 +97,8 @@ class RunBook:
     def _shown(self, agent: str, error: RunbusError) -> ErrorInfo:
         """The error as the run's owner reads it (event, run record): the agent's
         `[harness] errors` table, and never an internal message (`user_error`)."""
-        harness = self.harnesses.get(agent)
-        return harness.user_error(error) if harness is not None else user_error(error)
+        spec = self.agents.get(agent)
+        return spec.runtime.user_error(error) if spec is not None else user_error(error)
 
     async def _dead_letter(self, delivery: Delivery, agent: str, code: str, message: str) -> None:
         msg = delivery.msg

@@ -1,7 +1,7 @@
 """A run this replica holds, from admission to ack: one object owns its run slot (lent out
 while it queues for its tenant), its tenant lease, its cancel, its waiting state and their
-cleanup. `LocalRuns` finds a held run by owner and id (a cancel never reaches another
-owner's run)."""
+cleanup. The service holds them in a `runbus.cancels.RunCancels` by owner and run id, so a
+cancel never reaches another owner's run."""
 
 import asyncio
 import contextlib
@@ -10,7 +10,6 @@ from typing import Final, Literal
 
 import structlog
 
-from runbus.cancels import RunCancels
 from runbus.headers import RunContext
 from runbus.messages import RunCompleted, RunRequest
 from runbus.messages.runs import RunRecord, RunStatus
@@ -217,21 +216,3 @@ class LocalRun:
         if self._lent:
             self._lent = False
             await self._slots.take_back()
-
-
-class LocalRuns:
-    """The runs this replica holds, by owner and run id (`runbus.cancels`)."""
-
-    def __init__(self) -> None:
-        self.cancels: RunCancels[LocalRun] = RunCancels()
-
-    def holding(self, run: LocalRun) -> contextlib.AbstractContextManager[LocalRun]:
-        return self.cancels.holding(run.owner, run.run_id, run)
-
-    def cancel(self, tenant: str, user_id: str, run_id: str) -> bool:
-        """Cancel the run of that owner with that id, if this replica holds it."""
-        return self.cancels.cancel(Owner(tenant, user_id), run_id) > 0
-
-    def cancel_subject(self, subject: str) -> int:
-        """Cancel the run a `subjects.run_cancel` subject names, if this replica holds it."""
-        return self.cancels.cancel_subject(subject)

@@ -15,6 +15,7 @@ from opentelemetry.trace import Tracer
 
 from runbus import headers as h
 from runbus import subjects
+from runbus.cancels import RunCancels
 from runbus.consumer import ConsumerSpec, Delivery
 from runbus.decoding import decode_untrusted
 from runbus.errors import UnknownAgent
@@ -30,8 +31,7 @@ from .errors import (
     DedupeKeyMismatch,
     RunCancelled,
 )
-from .harness.runtime import Harness
-from .local_run import LocalRun, LocalRuns, Slots
+from .local_run import LocalRun, Slots
 from .owners import RunOwners
 from .ports import BusPorts
 from .runs import RunRecords, now
@@ -92,27 +92,21 @@ def run_consumer(ack_wait: float) -> ConsumerSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Admission:
-    """Everything admission needs, built once at start."""
+class RunQueue:
+    """Admission of the run queue's deliveries, with everything it needs, built once at start."""
 
     agents: dict[str, AgentSpec]
-    harnesses: dict[str, Harness]
     verifier: TokenVerifier
     owners: RunOwners
     records: RunRecords
     tenants: TenantSlots | None
     ports: BusPorts
     book: RunBook
-    runs: LocalRuns
+    runs: RunCancels[LocalRun]
     slots: Slots
     run_timeout: float
     heartbeat: float
     tracer: Tracer
-
-
-class RunQueue:
-    def __init__(self, admission: Admission) -> None:
-        self.admission = admission
 
     async def on_run(self, delivery: Delivery) -> None:
         """One delivery of a run request: admit, execute (or resume), book the outcome.
@@ -120,24 +114,23 @@ class RunQueue:
         A retryable failure is redelivered with backoff; after MAX_ATTEMPTS the request moves
         to the dead letters with its error and the run fails. Every other failure is final.
         """
-        a = self.admission
         run_id = delivery.headers.get(h.MSG_ID, "")
         agent = addressed_agent(delivery)
         principal: Principal | None = None
         run: LocalRun | None = None
         try:
             # Verified first, so even a broken request's failure reaches its own sender.
-            principal = a.verifier.verify(delivery.headers.get(h.AUTH))
+            principal = self.verifier.verify(delivery.headers.get(h.AUTH))
             request = admit(delivery, agent)
             run_id = request.run_id
             run = await self._admitted(delivery, request, principal)
             await self._may_run(delivery, run)
-            with a.runs.holding(run):
+            with self.runs.holding(run.owner, run.run_id, run):
                 await run.take_tenant_slot()
                 await self._execute(run)
         except Exception as exc:
             record = run.record if run else None
-            await a.book.failed(delivery, agent, run_id, principal, record, exc)
+            await self.book.failed(delivery, agent, run_id, principal, record, exc)
         finally:
             if run is not None:
                 await run.release()
@@ -146,10 +139,9 @@ class RunQueue:
         self, delivery: Delivery, request: RunRequest, principal: Principal
     ) -> LocalRun:
         """The run of an admitted request: its id is the owner's and its agent known."""
-        a = self.admission
         trace.get_current_span().set_attribute("runbus.run_id", request.run_id)
-        await a.owners.claim(request.run_id, principal.tenant, principal.user_id)
-        agent = a.agents.get(request.agent)
+        await self.owners.claim(request.run_id, principal.tenant, principal.user_id)
+        agent = self.agents.get(request.agent)
         if agent is None:
             raise UnknownAgent(f"no agent named {request.agent!r}")
         return LocalRun(
@@ -157,10 +149,10 @@ class RunQueue:
             agent,
             self._ctx(request, agent, principal),
             _record(request, principal, delivery.attempt),
-            records=a.records,
-            tenants=a.tenants,
-            slots=a.slots,
-            renew_every=a.heartbeat,
+            records=self.records,
+            tenants=self.tenants,
+            slots=self.slots,
+            renew_every=self.heartbeat,
         )
 
     async def _may_run(self, delivery: Delivery, run: LocalRun) -> None:
@@ -168,19 +160,18 @@ class RunQueue:
         when every attempt was cut off."""
         if delivery.attempt > 1:
             owner = run.owner
-            earlier = await self.admission.records.get(owner.tenant, owner.user_id, run.run_id)
+            earlier = await self.records.get(owner.tenant, owner.user_id, run.run_id)
             if earlier is not None and earlier.status == "cancelled":
                 raise RunCancelled(run.run_id)
         if delivery.attempt > MAX_ATTEMPTS:
             raise DeadLettered(delivery.attempt - 1, "the gateway stopped during every attempt")
 
     async def _execute(self, run: LocalRun) -> None:
-        a = self.admission
         # The `running` record is written alongside the run rather than before it; it is only
         # a status for people, and it always lands before the final record (awaited below).
-        noted = asyncio.ensure_future(a.records.put(run.record))
+        noted = asyncio.ensure_future(self.records.put(run.record))
         agent, ctx = run.agent, run.ctx
-        with a.tracer.start_as_current_span(
+        with self.tracer.start_as_current_span(
             f"invoke_agent {agent.name}",
             attributes={
                 "gen_ai.operation.name": "invoke_agent",
@@ -199,14 +190,14 @@ class RunQueue:
                 attempt=run.record.attempts,
             )
             try:
-                completed = await run.execute(a.ports)
+                completed = await run.execute(self.ports)
             finally:
                 with contextlib.suppress(Exception):
                     await noted
             log.info(
                 "run_completed", run_id=run.run_id, output_tokens=completed.usage.output_tokens
             )
-        await a.book.completed(ctx, run.record, completed)
+        await self.book.completed(ctx, run.record, completed)
 
     def _ctx(self, request: RunRequest, agent: AgentSpec, principal: Principal) -> h.RunContext:
         memory = agent.memory.search_props() if agent.memory.offers_tool else {}
@@ -220,7 +211,7 @@ class RunQueue:
                 "request_id": request.run_id,
                 **memory,
             },
-            deadline=time.time() + self.admission.run_timeout,
+            deadline=time.time() + self.run_timeout,
         )
 
 

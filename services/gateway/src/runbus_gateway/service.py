@@ -14,21 +14,21 @@ from nats.aio.subscription import Subscription
 from opentelemetry.sdk.trace import TracerProvider
 
 from runbus import subjects
+from runbus.cancels import RunCancels
 from runbus.consumer import DurableConsumer
 from runbus.jetstream import ensure_stream
 from runbus.service import DEFAULT_OPTIONS, Endpoint, Service, ServiceOptions
 from runbus.settings import Settings, SettingsError
+from runbus.tokens import TokenVerifier
 
 from .agents import AgentSpec, load_agents
 from .api import ClientApi
 from .approvals import Approvals
-from .auth import TokenVerifier
 from .bookkeeping import RunBook
-from .harness.runtime import Harness
-from .local_run import LocalRuns, Slots
+from .local_run import LocalRun, Slots
 from .owners import RunOwners
 from .ports import BusPorts
-from .queue import DUPLICATE_WINDOW, Admission, RunQueue, run_consumer, run_streams
+from .queue import DUPLICATE_WINDOW, RunQueue, run_consumer, run_streams
 from .runs import RunRecords
 from .tenants import TenantLimits, TenantSlots
 
@@ -65,9 +65,8 @@ class GatewayService(Service):
         self.duplicate_window = duplicate_window
         """Seconds JetStream drops a run request whose `Nats-Msg-Id` (= run id) it has seen."""
         self.agents = agents
-        self.harnesses = {name: Harness.from_config(a.harness) for name, a in agents.items()}
-        for name, harness in self.harnesses.items():
-            harness.check_tool_names(agents[name].tools)
+        for agent in agents.values():
+            agent.runtime  # noqa: B018  # built once here: a bad harness fails the start
         self.verifier = verifier
         self.run_concurrency = run_concurrency
         self.run_timeout = run_timeout
@@ -77,7 +76,7 @@ class GatewayService(Service):
             running=asyncio.Semaphore(run_concurrency),
             parked=asyncio.Semaphore(run_concurrency * PARKED_PER_SLOT),
         )
-        self.runs = LocalRuns()
+        self.runs: RunCancels[LocalRun] = RunCancels()
         self._api: ClientApi | None = None
         self._consumer: DurableConsumer | None = None
         self._cancel_sub: Subscription | None = None
@@ -123,21 +122,18 @@ class GatewayService(Service):
             self.nc, self.bus, self.verifier, records, approvals, agents=self.agents
         )
         queue = RunQueue(
-            Admission(
-                agents=self.agents,
-                harnesses=self.harnesses,
-                verifier=self.verifier,
-                owners=await RunOwners.open(self.nc, replicas=self.replicas),
-                records=records,
-                tenants=tenants,
-                ports=ports,
-                book=RunBook(self.bus, ports, records, self.harnesses),
-                runs=self.runs,
-                slots=self.slots,
-                run_timeout=self.run_timeout,
-                heartbeat=self.ack_wait / 3,
-                tracer=self.tracer,
-            )
+            agents=self.agents,
+            verifier=self.verifier,
+            owners=await RunOwners.open(self.nc, replicas=self.replicas),
+            records=records,
+            tenants=tenants,
+            ports=ports,
+            book=RunBook(self.bus, ports, records, self.agents),
+            runs=self.runs,
+            slots=self.slots,
+            run_timeout=self.run_timeout,
+            heartbeat=self.ack_wait / 3,
+            tracer=self.tracer,
         )
         self._consumer = DurableConsumer(
             self.nc,
@@ -168,6 +164,4 @@ class GatewayService(Service):
     async def on_cancel(self, msg: Msg) -> None:
         """Cancel the run this replica holds for that owner; another owner's run of the same
         id (there can be none: ids are claimed) is never touched."""
-        parsed = subjects.parse_run_cancel(msg.subject)
-        if parsed is not None:
-            self.runs.cancel(*parsed)
+        self.runs.cancel_subject(msg.subject)
