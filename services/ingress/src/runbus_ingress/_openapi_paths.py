@@ -272,6 +272,13 @@ def paths() -> dict[str, dict[str, Any]]:
                 tag="mcp",
             )
         },
+        "/v1/me": {
+            "get": _op(
+                "Who the caller's token stands for (user and tenant)",
+                {"200": _ok("the caller", "Me"), **_errors(401, 503)},
+                tag="resources",
+            )
+        },
         "/v1/agents": {
             "get": _op(
                 "The agents the caller may run",

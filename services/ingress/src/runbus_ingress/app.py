@@ -40,6 +40,7 @@ ROUTES: Final = (
     web.post("/v1/a2a/{agent}", a2a_routes.on_rpc),
     web.get("/v1/a2a/{agent}/.well-known/agent-card.json", a2a_routes.on_agent_card),
     web.post("/v1/mcp", mcp_endpoint.on_mcp),
+    web.get("/v1/me", resources.on_me),
     web.get("/v1/agents", resources.on_list_agents),
     web.get("/v1/sessions", resources.on_list_sessions),
     web.get("/v1/sessions/{session_id}", resources.on_get_session),

@@ -22,6 +22,7 @@ log = structlog.get_logger()
 Connect = Callable[..., AbstractAsyncContextManager[RunbusClient]]
 """`runbus.client.connect`'s shape: `(url, *, token=...)` → a client on its own connection."""
 
+REFUSED_TOKEN: Final = "this token was not accepted: it is unknown or has expired"
 MAX_CONNECTIONS: Final = 256
 IDLE_TIMEOUT: Final = 120.0
 
@@ -130,6 +131,11 @@ class UserConnections:
         closer = AsyncExitStack()
         try:
             client = await closer.enter_async_context(self._connect(self.url, token=token))
+        except Unauthenticated:
+            await closer.aclose()
+            # The client library's words are for its own users (which bus, which setting); an
+            # HTTP caller — a browser, an OpenAI client — only needs to know the token failed.
+            raise Unauthenticated(REFUSED_TOKEN) from None
         except RunbusError:
             await closer.aclose()
             raise

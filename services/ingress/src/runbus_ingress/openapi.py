@@ -18,6 +18,7 @@ from ._openapi_paths import AGUI_PREFIX, REF, paths
 from .a2a_routes import JsonRpcRequest
 from .bodies import StartRun
 from .errors import OpenAIErrorBody
+from .resources import Me
 from .responses import ResponseRequest
 from .runs import Decision, Detached
 
@@ -29,6 +30,7 @@ _TYPES: Final = (
     RunListed,
     RunCompleted,
     ApprovalDecided,
+    Me,
     AgentListed,
     SessionListed,
     SessionRecord,

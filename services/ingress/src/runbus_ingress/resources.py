@@ -1,6 +1,8 @@
-"""The caller's agents, sessions with their transcripts, and memories: the same client-API
-operations the CLI makes, each answered for the caller alone (another user's ids are 404)."""
+"""Who the caller is, and the caller's agents, sessions with their transcripts, and memories:
+the same client-API operations the CLI makes, each answered for the caller alone (another
+user's ids are 404)."""
 
+import msgspec
 from aiohttp import web
 
 from runbus import ops
@@ -17,6 +19,19 @@ from runbus.messages.sessions import (
 )
 
 from .context import identifier, identifier_query, ingress_of, int_query, json_response
+
+
+class Me(msgspec.Struct, frozen=True):
+    """Answer of `GET /v1/me`: the owner the caller's token stands for."""
+
+    user_id: str
+    tenant: str
+
+
+async def on_me(request: web.Request) -> web.Response:
+    async with ingress_of(request).client(request) as client:
+        identity = await client.identity()
+    return json_response(Me(user_id=identity.user_id, tenant=identity.tenant))
 
 
 async def on_list_agents(request: web.Request) -> web.Response:

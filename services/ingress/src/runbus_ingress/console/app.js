@@ -82,7 +82,7 @@ async function runsPage() {
     el("td", {}, status(r.status)), el("td", { class: "muted" }, when(r.created_at)),
     el("td", {}, (r.text || (r.error && r.error.message) || "").slice(0, 80))));
   show(el("h1", {}, "Runs"), form,
-    el("table", { id: "runs" }, el("tr", {}, ["Run", "Agent", "Session", "Status", "Started", "Answer"].map((h) => el("th", {}, h))), rows));
+    el("div", { class: "table" }, el("table", { id: "runs" }, el("tr", {}, ["Run", "Agent", "Session", "Status", "Started", "Answer"].map((h) => el("th", {}, h))), rows)));
 }
 
 async function startRun(event) {
@@ -125,6 +125,14 @@ function traceView(traceId) {
     : el("span", { id: "trace", class: "mono" }, traceId);
 }
 
+// A call's approval is decided: no longer shown pending, its buttons replaced by the decision.
+function settled(box, decision) {
+  box.classList.remove("approval");
+  box.classList.add("approval-settled", decision);
+  const buttons = box.querySelector(".buttons");
+  if (buttons && !buttons.querySelector(".decided")) buttons.replaceChildren(el("span", { class: "decided" }, decision));
+}
+
 async function runPage(runId) {
   let record;
   try { record = await runRecord(runId); } catch (error) {
@@ -146,6 +154,7 @@ async function runPage(runId) {
       el("div", {}, el("div", { class: "card" }, el("h2", {}, "Answer"), answer), el("div", { class: "card" }, el("h2", {}, "Tool calls"), tools)),
       el("div", {}, el("div", { class: "card" }, el("h2", {}, "Todo list"), todos), el("div", { class: "card" }, el("h2", {}, "Usage"), usage))));
   const calls = {};
+  const messages = {};
   const refreshTodos = async () => {
     const session = await api(`/v1/sessions/${encodeURIComponent(record.session_id)}`);
     const items = ((session.state || {}).todos || {}).items || [];
@@ -157,7 +166,17 @@ async function runPage(runId) {
   const onEvent = (event) => {
     switch (event.type) {
       case "run.started": badge.replaceChildren(status("running")); break;
-      case "run.text_delta": answer.append(event.delta); break;
+      case "run.text_delta": {
+        // Each assistant message of the run is a block of its own (one before a tool call,
+        // another after it), never run together.
+        let message = messages[event.message_id];
+        if (!message) {
+          message = messages[event.message_id] = el("div", { class: "message", "data-message": event.message_id });
+          answer.append(message);
+        }
+        message.append(event.delta);
+        break;
+      }
       case "run.tool_call": {
         const box = el("div", { class: "tool", "data-call": event.call.call_id },
           el("b", {}, event.call.name), el("pre", {}, JSON.stringify(event.call.arguments)));
@@ -170,7 +189,7 @@ async function runPage(runId) {
         const decide = (decision) => async () => {
           try {
             const decided = await api(`/v1/runs/${encodeURIComponent(runId)}/approvals/${encodeURIComponent(event.call_id)}`, { method: "POST", body: JSON.stringify({ decision }) });
-            buttons.replaceChildren(el("span", { class: "decided" }, decided.decision));
+            settled(box, decided.decision);
             // Unless the run's own events got further while the decision was on its way.
             if (badge.firstChild && badge.firstChild.dataset.status === "waiting_approval") badge.replaceChildren(status("running"));
           } catch (error) { buttons.append(failure(error)); }
@@ -182,6 +201,8 @@ async function runPage(runId) {
       }
       case "run.tool_result": {
         const box = calls[event.result.call_id] || tools.appendChild(el("div", { class: "tool" }));
+        // A call that waited for a person has been decided once it has a result.
+        if (box.classList.contains("approval")) settled(box, event.result.error ? "denied" : "approved");
         const shown = event.result.error ? `error: ${event.result.error}` : JSON.stringify(event.result.result, null, 1);
         box.append(el("pre", { class: "result" }, "→ ", shown));
         if (box.textContent.includes("todos_")) refreshTodos().catch(() => {});
@@ -189,7 +210,7 @@ async function runPage(runId) {
       }
       case "run.completed":
         badge.replaceChildren(status("completed"));
-        if (!answer.textContent) answer.textContent = event.text;
+        if (!answer.textContent) answer.append(el("div", { class: "message" }, event.text));
         usage.textContent = `${event.usage.input_tokens} tokens in · ${event.usage.output_tokens} tokens out` +
           (event.usage.cost ? ` · cost ${event.usage.cost.toFixed(4)}` : "");
         refreshTodos().catch(() => {});
@@ -205,11 +226,11 @@ async function runPage(runId) {
 
 async function sessionsPage() {
   const listed = await api("/v1/sessions?limit=100");
-  show(el("h1", {}, "Sessions"), el("table", { id: "sessions" },
+  show(el("h1", {}, "Sessions"), el("div", { class: "table" }, el("table", { id: "sessions" },
     el("tr", {}, ["Session", "Agent", "Messages", "Updated"].map((h) => el("th", {}, h))),
     listed.records.map((s) => el("tr", {},
       el("td", {}, el("a", { href: `#session/${s.session_id}`, class: "mono" }, s.session_id)),
-      el("td", {}, s.agent), el("td", {}, s.history_length), el("td", { class: "muted" }, when(s.updated_at))))));
+      el("td", {}, s.agent), el("td", {}, s.history_length), el("td", { class: "muted" }, when(s.updated_at)))))));
 }
 
 async function sessionPage(sessionId) {
@@ -229,17 +250,24 @@ async function memoriesPage() {
   const forget = (id, row) => async () => {
     try { await api(`/v1/memories/${encodeURIComponent(id)}`, { method: "DELETE" }); row.remove(); } catch (error) { row.append(failure(error)); }
   };
-  show(el("h1", {}, "Memories"), el("table", { id: "memories" },
+  show(el("h1", {}, "Memories"), el("div", { class: "table" }, el("table", { id: "memories" },
     el("tr", {}, ["Memory", "Session", "When", ""].map((h) => el("th", {}, h))),
     listed.memories.map((m) => {
       const row = el("tr", {}, el("td", {}, m.text), el("td", { class: "mono" }, m.session_id), el("td", { class: "muted" }, when(m.created_at)));
       row.append(el("td", {}, el("button", { class: "deny", onclick: forget(m.memory_id, row) }, "Forget")));
       return row;
-    })));
+    }))));
 }
 
 function signOut() {
-  state.token = ""; localStorage.removeItem("runbus.token"); sessionStorage.clear(); route();
+  state.token = ""; state.me = null; localStorage.removeItem("runbus.token"); sessionStorage.clear(); route();
+}
+
+// Who the token stands for, shown in the header while signed in.
+async function whoAmI() {
+  if (!state.me) state.me = await api("/v1/me");
+  document.getElementById("who").replaceChildren("Signed in as ",
+    el("b", { id: "who-user" }, state.me.user_id), el("span", { class: "tenant" }, ` (${state.me.tenant})`));
 }
 
 async function route() {
@@ -248,7 +276,8 @@ async function route() {
   document.getElementById("signin").hidden = signedIn;
   document.getElementById("nav").hidden = !signedIn;
   document.getElementById("signout").hidden = !signedIn;
-  if (!signedIn) { view.replaceChildren(); return; }
+  if (!signedIn) { document.getElementById("who").replaceChildren(); view.replaceChildren(); return; }
+  whoAmI().catch(() => {});
   const [page, arg] = (location.hash.slice(1) || "runs").split("/");
   try {
     if (page === "run") await runPage(decodeURIComponent(arg));
@@ -263,7 +292,7 @@ document.getElementById("signin-form").addEventListener("submit", async (event) 
   event.preventDefault();
   state.token = document.getElementById("token").value.trim();
   try {
-    await api("/v1/agents");
+    state.me = await api("/v1/me");
     localStorage.setItem("runbus.token", state.token);
     document.getElementById("signin-error").textContent = "";
     route();
