@@ -232,6 +232,37 @@ async def test_a_cancelled_call_cancels_its_run(served_mcp: Served, alice: Runbu
     served_mcp.held.release.set()
 
 
+async def test_a_client_that_hangs_up_mid_call_cancels_its_run(
+    served_mcp: Served, alice: RunbusClient
+) -> None:
+    headers = {
+        **ALICE,
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2025-11-25",
+    }
+    call = {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "method": "tools/call",
+        "params": {"name": "slow", "arguments": {"input": "Weather?"}},
+    }
+    async with aiohttp.ClientSession(headers=headers) as http:
+        post = asyncio.create_task(http.post(served_mcp.url, json=call))
+        await asyncio.wait_for(served_mcp.held.reached.wait(), 20)
+        runs = await alice.call(ops.API_RUNS_LIST, RunList())
+        (running,) = [r for r in runs.records if r.status == "running"]
+        post.cancel()  # hangs up: the connection is dropped before the answer
+        with pytest.raises(asyncio.CancelledError):
+            await post
+
+        async def cancelled() -> bool:
+            info = await alice.call(ops.API_RUNS_GET, RunGet(run_id=running.run_id))
+            return info.record.status == "cancelled"
+
+        await eventually(cancelled, timeout=20)
+    served_mcp.held.release.set()
+
+
 async def test_without_a_valid_bearer_token_the_endpoint_answers_401(served_mcp: Served) -> None:
     body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
     statuses = []
