@@ -204,3 +204,21 @@ def test_cities_are_found_in_the_order_they_are_written() -> None:
 )
 def test_travel_dates_are_read_relative_to_today(text: str, expected: date) -> None:
     assert travel_date(text, WEDNESDAY) == expected
+
+
+async def test_a_business_booking_asks_for_business_and_needs_a_persons_approval() -> None:
+    reply = await ask([user("Book QF412 on Friday in business")])
+
+    assert only_call(reply).arguments == {"flight_id": "QF412-20260306", "cabin": "business"}
+    assert travel.tools["create_booking"].approval is not None
+    assert "over the A$1000 booking limit" in (
+        travel.tools["create_booking"].approval(only_call(reply).arguments) or ""
+    )
+
+
+async def test_a_booking_that_names_no_cabin_stays_in_economy_under_the_limit() -> None:
+    reply = await ask([user("Book QF412 on Friday")])
+
+    assert only_call(reply).arguments == {"flight_id": "QF412-20260306"}
+    assert travel.tools["create_booking"].approval is not None
+    assert travel.tools["create_booking"].approval(only_call(reply).arguments) is None

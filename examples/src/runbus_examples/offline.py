@@ -77,6 +77,12 @@ def seat_preference(text: str) -> str | None:
     return None
 
 
+def cabin_wanted(text: str) -> str | None:
+    """`business` if the user asks for it (a fare over the booking limit, so the call waits
+    for a person's approval); else the tool's default, economy."""
+    return "business" if "business" in text.lower() else None
+
+
 def _describe(name: str, result: Any) -> str:
     match name, result:
         case "get_weather", {"city": city, "temperature_c": t, "conditions": c}:
@@ -154,9 +160,12 @@ class OfflineModel:
             else:
                 day = travel_date(text, self.today or date.today())
                 flight_id = f"{named.group(1).upper()}-{day.strftime('%Y%m%d')}"
+            arguments: dict[str, Any] = {"flight_id": flight_id}
+            if cabin := cabin_wanted(text):
+                arguments["cabin"] = cabin
             return [
                 FunctionCallContent(
-                    call_id="call-book-0", name="create_booking", arguments={"flight_id": flight_id}
+                    call_id="call-book-0", name="create_booking", arguments=arguments
                 )
             ]
         if not called and wants_flight and len(cities) >= 2 and "search_flights" in tools:
@@ -178,6 +187,8 @@ class OfflineModel:
             )
             if flights:
                 arguments = {"flight_id": flights[0]["flight_id"]}
+                if cabin := cabin_wanted(text):
+                    arguments["cabin"] = cabin
                 if seat := seat_preference(f"{remembered} {text}"):
                     arguments["seat"] = seat
                 return [

@@ -10,7 +10,7 @@ from typing import Literal, TextIO
 from . import ops
 from .client import RunbusClient, open_connection
 from .local_model import MODEL_NAME, LocalModelServer, router_toml
-from .messages.runs import ApprovalDecide, RunApprovalRequested
+from .messages.runs import ApprovalDecide, RunApprovalRequested, RunFailed
 from .render import EventPrinter
 from .settings import Settings
 from .supervisor import ProcessStack
@@ -20,11 +20,13 @@ CONVERSATION = (
     ("first", "Remember that I always want a window seat."),
     ("first", "My password is hunter2, can you log in and book for me?"),
     ("second", "Book me a flight from Melbourne to Sydney next Tuesday."),
+    ("second", "Book QF412 on Thursday in business."),
     ("second", "Also book VA823 on Friday."),
 )
 """Weather through a tool; a preference remembered; a guardrail refusing before any model
-call; a new session that recalls the preference and books with it; a booking on a carrier
-the corporate policy blocks, which stops the tool loop."""
+call; a new session that recalls the preference and books with it; a business fare over the
+booking limit, which waits for a person's approval (the demo denies it); a booking on a
+carrier the corporate policy blocks, which stops the tool loop."""
 
 
 DemoModel = Literal["offline", "local"]
@@ -64,7 +66,7 @@ async def _converse(
     stack = ProcessStack(settings, replica_env=replica_env)
     url = await stack.start()
     out.write(
-        f"runbus demo: embedded NATS at {url}, six services as processes, {described}.\nLogs: "
+        f"runbus demo: embedded NATS at {url}, seven services as processes, {described}.\nLogs: "
         f"{stack.data / 'logs'}\n\n"
     )
     tag = uuid.uuid4().hex[:6]
@@ -73,11 +75,14 @@ async def _converse(
         try:
             client = RunbusClient(nc, token=settings.token)
             printer = EventPrinter(out)
+            failed = 0
             for session, text in CONVERSATION:
                 session_id = f"demo-{session}-{tag}"
                 out.write(f"[{session_id}] you: {text}\n")
                 async for event in client.stream("travel", text, session_id=session_id):
                     printer(event)
+                    if isinstance(event, RunFailed):
+                        failed += 1
                     if isinstance(event, RunApprovalRequested):
                         # Nobody is at the keyboard to decide: the demo says no, and the run
                         # goes on with the refusal as the call's result.
@@ -94,4 +99,7 @@ async def _converse(
             await nc.drain()
     finally:
         await stack.stop()
+    if failed:
+        out.write(f"runbus demo: {failed} of {len(CONVERSATION)} runs failed\n")
+        return 1
     return 0
