@@ -5,7 +5,7 @@ from datetime import UTC, datetime
 import pytest
 
 from runbus.cli import build_parser
-from runbus.commands.memory import describe, forget_request
+from runbus.commands.memory import forget_request, rows
 from runbus.messages.memory import MemoryForget, MemoryHit
 
 
@@ -27,7 +27,7 @@ def test_forget_without_exactly_one_choice_stops_before_sending_anything(
         parse(*argv)
 
 
-def test_a_memory_reads_as_date_session_text_and_id() -> None:
+def test_memories_read_as_a_table_of_date_session_id_and_text_under_a_header() -> None:
     hit = MemoryHit(
         memory_id="6f1c2a4e-8a0b-5c1e-9d3f-0a1b2c3d4e5f",
         text="I always want a window seat.",
@@ -36,8 +36,9 @@ def test_a_memory_reads_as_date_session_text_and_id() -> None:
         created_at=datetime(2026, 3, 1, 9, 30, tzinfo=UTC),
     )
 
-    assert describe(hit) == (
-        "2026-03-01 09:30  s1                   I always want a window seat."
-        "  [6f1c2a4e-8a0b-5c1e-9d3f-0a1b2c3d4e5f]"
-    )
-    assert describe(hit, scored=True).startswith(" 0.83  2026-03-01")
+    assert rows([hit]).splitlines() == [
+        "CREATED           SESSION  MEMORY                                TEXT",
+        "2026-03-01 09:30  s1       6f1c2a4e-8a0b-5c1e-9d3f-0a1b2c3d4e5f  "
+        "I always want a window seat.",
+    ]
+    assert rows([hit], scored=True).splitlines()[1].startswith("0.83   2026-03-01")

@@ -4,6 +4,7 @@ waiting on."""
 import asyncio
 import json
 import time
+from collections.abc import Iterable, Sequence
 from typing import TextIO, assert_never
 
 import msgspec
@@ -118,3 +119,16 @@ class WaitNotice:
             if quiet >= self.every:
                 self.out.write(f"  … {waiting_on(self._last)} ({quiet:.0f} s)\n")
                 self.out.flush()
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    """Rows under a header row, each column as wide as its widest cell (so a long id shifts
+    nothing), two spaces apart; the last column is left ragged. No rows: the header alone."""
+    lines = [list(header), *(list(row) for row in rows)]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header) - 1)]
+    return "\n".join(
+        "  ".join(
+            [*(c.ljust(w) for c, w in zip(line[:-1], widths, strict=True)), line[-1]]
+        ).rstrip()
+        for line in lines
+    )

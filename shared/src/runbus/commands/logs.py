@@ -20,7 +20,8 @@ def register(subparsers: Subparsers) -> None:
     logs = subparsers.add_parser(
         "logs", help="log lines of one run (by run id or trace id) from every service"
     )
-    logs.add_argument("id", help="a run id (r-…) or a trace id (32 hex digits)")
+    # Optional for argparse only: without it, the handler says what is missing in its words.
+    logs.add_argument("id", nargs="?", help="a run id (r-…) or a trace id (32 hex digits)")
     logs.add_argument(
         "files",
         nargs="*",
@@ -32,6 +33,13 @@ def register(subparsers: Subparsers) -> None:
 
 
 async def handle(settings: Settings, args: argparse.Namespace) -> int:
+    if not args.id:
+        print(
+            "runbus logs: which run? give its run id (r-…, printed by `runbus run`, listed by "
+            "`runbus runs list`) or a trace id",
+            file=sys.stderr,
+        )
+        return 2
     files: list[Path] = args.files or sorted((settings.data_path / "logs").glob("*.log"))
     if not files:
         print(f"runbus logs: no log files in {settings.data_path / 'logs'}", file=sys.stderr)

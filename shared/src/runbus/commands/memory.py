@@ -15,6 +15,7 @@ from ..messages.memory import (
     MemorySearch,
     MemoryStats,
 )
+from ..render import table
 from ..settings import Settings
 from ._common import Subparsers, connected
 
@@ -48,11 +49,20 @@ def forget_request(args: argparse.Namespace) -> MemoryForget:
     return MemoryForget(memory_ids=args.memory_ids, session_id=args.session, everything=args.all)
 
 
-def describe(hit: MemoryHit, *, scored: bool = False) -> str:
-    score = f"{hit.score:5.2f}  " if scored else ""
-    return (
-        f"{score}{hit.created_at:%Y-%m-%d %H:%M}  {hit.session_id:<20} {hit.text}"
-        f"  [{hit.memory_id}]"
+def rows(hits: list[MemoryHit], *, scored: bool = False) -> str:
+    header = ("SCORE",) * scored + ("CREATED", "SESSION", "MEMORY", "TEXT")
+    return table(
+        header,
+        (
+            [
+                *([f"{hit.score:.2f}"] * scored),
+                f"{hit.created_at:%Y-%m-%d %H:%M}",
+                hit.session_id,
+                hit.memory_id,
+                hit.text,
+            ]
+            for hit in hits
+        ),
     )
 
 
@@ -69,16 +79,16 @@ async def handle(settings: Settings, args: argparse.Namespace) -> int:
                 memories = await _list(client, args.session, args.limit)
                 if args.json:
                     _print_json(memories)
-                for hit in [] if args.json else memories:
-                    print(describe(hit))
+                else:
+                    print(rows(memories))
             case "search":
                 found = await client.call(
                     ops.MEMORY_FIND, MemorySearch(query=args.query, limit=args.limit)
                 )
                 if args.json:
                     _print_json(found.hits)
-                for hit in [] if args.json else found.hits:
-                    print(describe(hit, scored=True))
+                else:
+                    print(rows(found.hits, scored=True))
             case "forget":
                 assert forget is not None
                 forgotten = await client.call(ops.MEMORY_FORGET, forget)

@@ -13,7 +13,7 @@ from ..messages.runs import (
     RunList,
     RunRecord,
 )
-from ..render import EventPrinter
+from ..render import EventPrinter, table
 from ..settings import Settings
 from ._common import Subparsers, connected
 
@@ -39,14 +39,21 @@ def register(subparsers: Subparsers) -> None:
     runs.set_defaults(handler=handle)
 
 
-def _describe(record: RunRecord) -> str:
+RUN_COLUMNS = ("RUN", "STATUS", "AGENT", "SESSION", "CREATED", "RESULT")
+
+
+def _row(record: RunRecord) -> list[str]:
     outcome = record.text or (
         f"[{record.error.code}] {record.error.message}" if record.error else ""
     )
-    return (
-        f"{record.run_id:<20} {record.status:<10} {record.agent:<10} {record.session_id:<16} "
-        f"{record.created_at:%Y-%m-%d %H:%M:%S}  {outcome[:80]}"
-    )
+    return [
+        record.run_id,
+        record.status,
+        record.agent,
+        record.session_id,
+        f"{record.created_at:%Y-%m-%d %H:%M:%S}",
+        outcome[:80],
+    ]
 
 
 async def handle(settings: Settings, args: argparse.Namespace) -> int:
@@ -59,8 +66,8 @@ async def handle(settings: Settings, args: argparse.Namespace) -> int:
                 )
                 if args.json:
                     sys.stdout.write(msgspec.json.encode(listed.records).decode() + "\n")
-                for record in [] if args.json else listed.records:
-                    print(_describe(record))
+                else:
+                    print(table(RUN_COLUMNS, map(_row, listed.records)))
             case "show" | "cancel":
                 if args.action == "show":
                     info = await client.call(ops.API_RUNS_GET, RunGet(run_id=args.run_id))
@@ -69,7 +76,7 @@ async def handle(settings: Settings, args: argparse.Namespace) -> int:
                 if args.json:
                     sys.stdout.write(msgspec.json.encode(info.record).decode() + "\n")
                 else:
-                    print(_describe(info.record))
+                    print(table(RUN_COLUMNS, [_row(info.record)]))
                     if args.action == "cancel" and info.record.status == "running":
                         print("cancel requested")
             case "follow":

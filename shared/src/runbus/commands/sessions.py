@@ -25,6 +25,7 @@ from ..messages.sessions import (
     SessionRecord,
     StoredCompaction,
 )
+from ..render import table
 from ..settings import Settings
 from ._common import Subparsers, connected
 
@@ -68,12 +69,21 @@ def _print_json(value: object) -> None:
     sys.stdout.write(msgspec.json.encode(value).decode() + "\n")
 
 
+SESSION_COLUMNS = ("SESSION", "AGENT", "MESSAGES", "UPDATED", "RUNNING")
+
+
+def _row(record: SessionRecord) -> list[str]:
+    return [
+        record.session_id,
+        record.agent,
+        str(record.history_length),
+        f"{record.updated_at:%Y-%m-%d %H:%M:%S}",
+        record.active_run or "",
+    ]
+
+
 def _describe(record: SessionRecord) -> str:
-    busy = f"  running {record.active_run}" if record.active_run else ""
-    return (
-        f"{record.session_id:<24} {record.agent:<12} {record.history_length:>5} messages  "
-        f"updated {record.updated_at:%Y-%m-%d %H:%M:%S}{busy}"
-    )
+    return table(SESSION_COLUMNS, [_row(record)])
 
 
 async def handle_sessions(settings: Settings, args: argparse.Namespace) -> int:
@@ -84,8 +94,8 @@ async def handle_sessions(settings: Settings, args: argparse.Namespace) -> int:
                 listed = await client.call(ops.SESSIONS_LIST, SessionList(limit=args.limit))
                 if args.json:
                     _print_json(listed.records)
-                for record in [] if args.json else listed.records:
-                    print(_describe(record))
+                else:
+                    print(table(SESSION_COLUMNS, map(_row, listed.records)))
                 if listed.more and not args.json:
                     print("(more sessions did not fit in one reply: ask with a smaller --limit)")
             case "show":
