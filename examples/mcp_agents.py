@@ -16,10 +16,10 @@ import asyncio
 import os
 import sys
 
+import httpx2
 import mcp_types as types
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 
 
 async def call_agent(url: str, token: str, agent: str, text: str, session_id: str | None) -> int:
@@ -27,8 +27,10 @@ async def call_agent(url: str, token: str, agent: str, text: str, session_id: st
         print(f"  … {message}", flush=True)
 
     headers = {"Authorization": f"Bearer {token}"}
+    # A run may take minutes: read its answer as long as the ingress waits on a run (330 s).
+    timeout = httpx2.Timeout(30.0, read=330.0)
     async with (
-        create_mcp_http_client(headers=headers) as http,
+        httpx2.AsyncClient(headers=headers, timeout=timeout) as http,
         streamable_http_client(f"{url}/v1/mcp", http_client=http) as (read, write),
         ClientSession(read, write) as session,
     ):
