@@ -93,23 +93,8 @@ async function startRun(event) {
   try {
     const started = await api("/v1/runs?detach=true", { method: "POST", body: JSON.stringify(body) });
     localStorage.setItem(`runbus.trace.${started.run_id}`, started.trace_id);
-    sessionStorage.setItem(`runbus.fresh.${started.run_id}`, String(Date.now()));
     location.hash = `#run/${started.run_id}`;
   } catch (error) { event.target.after(failure(error)); }
-}
-
-// A run just started here has no record until a gateway takes it from the queue: wait for it
-// (a minute at most) instead of calling it missing.
-async function runRecord(runId) {
-  const started = Number(sessionStorage.getItem(`runbus.fresh.${runId}`) || 0);
-  for (;;) {
-    try { return await api(`/v1/runs/${encodeURIComponent(runId)}`); } catch (error) {
-      const here = location.hash === `#run/${encodeURIComponent(runId)}` || location.hash === `#run/${runId}`;
-      if (error.status !== 404 || !here || Date.now() - started > 60000) throw error;
-      show(el("h1", {}, "Run ", el("span", { class: "mono" }, runId), " ", status("queued")));
-      await new Promise((resolve) => setTimeout(resolve, 200));
-    }
-  }
 }
 
 // Jaeger's UI shows `/trace/<id>`; another UI is given as a template with `{trace_id}`.
@@ -135,7 +120,8 @@ function settled(box, decision) {
 
 async function runPage(runId) {
   let record;
-  try { record = await runRecord(runId); } catch (error) {
+  // A run just started is there at once: `queued` until a gateway replica takes it.
+  try { record = await api(`/v1/runs/${encodeURIComponent(runId)}`); } catch (error) {
     show(el("h1", {}, "Run ", el("span", { class: "mono" }, runId)), failure(error));
     return;
   }
