@@ -296,15 +296,22 @@ async def test_a_body_that_is_no_json_rpc_message_is_a_typed_bad_request(
 async def test_another_tenants_user_sees_the_agents_they_may_run_and_runs_as_themselves(
     served_mcp: Served, alice: RunbusClient
 ) -> None:
+    async with mcp_session(served_mcp.url, ALICE) as session:
+        alices = await session.call_tool("travel", {"input": "Weather in Sydney?"})
+    session_id = alices.meta["runbus/session_id"] if alices.meta else ""
     async with mcp_session(served_mcp.url, CAROL) as carol:
         listed = await carol.list_tools()
-        result = await carol.call_tool("travel", {"input": "Weather in Sydney?"})
+        result = await carol.call_tool("travel", {"input": "Carol here", "session_id": session_id})
+    loaded = await alice.call(ops.HISTORY_LOAD, HistoryLoad(session_id=session_id))
 
     assert {tool.name for tool in listed.tools} == set(AGENTS)
     assert not result.is_error
     with pytest.raises(RemoteError) as refused:
         await alice.call(ops.API_RUNS_GET, RunGet(run_id=run_id_of(result)))
     assert refused.value.known_code == "not_found"
+    # The same session id is a session of Carol's own in her tenant: Alice's is untouched.
+    assert "Carol here" not in [m.text for m in loaded.messages]
+    assert len([m for m in loaded.messages if m.role == "user"]) == 1
 
 
 @asynccontextmanager
