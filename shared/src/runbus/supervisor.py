@@ -23,7 +23,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from . import busauth, discovery, subjects
-from .embedded import EmbeddedNats
+from .embedded import DataDirLock, EmbeddedNats
 from .logs import read_lines
 from .messages.progress import SERVICE_PROGRESS_DECODER, ServiceProgress
 from .runner import URL_FILE, process_credentials, redact_url
@@ -81,6 +81,18 @@ class ServiceStalled(StackError):
         )
         self.label = label
         self.step = step
+
+
+class StackAlreadyRunning(StackError):
+    def __init__(self, data_dir: Path, pid: int | None) -> None:
+        holder = f"pid {pid}" if pid is not None else "its pid not written yet"
+        super().__init__(
+            f"a stack is already running here ({data_dir}), {holder}; use that one, stop it "
+            "(Ctrl-C in its terminal), or give this one its own RUNBUS_DATA_DIR (nothing was "
+            "started or changed)"
+        )
+        self.data_dir = data_dir
+        self.pid = pid
 
 
 class StartTimedOut(StackError):
@@ -179,6 +191,7 @@ class ProcessStack:
         """Extra environment of one replica by label (`memory#2`), e.g. its own data dir."""
         self.on_progress = on_progress
         """Called with (replica, report) whenever a starting process reports a new step."""
+        self._lock = DataDirLock(self.data)
         self._nats: EmbeddedNats | None = None
         self._nc: NATS | None = None
         self._env: dict[str, str] = {}
@@ -197,8 +210,12 @@ class ProcessStack:
 
         Waits as long as they make progress; raises `StackError` when one exits, shows no
         progress for `stall_after` seconds, or (with `timeout`) is not ready by then. Whatever
-        it started is stopped before it raises, also when it is cancelled.
+        it started is stopped before it raises, also when it is cancelled. Another stack
+        running on the same data dir is `StackAlreadyRunning`, raised before anything is
+        touched.
         """
+        if not self._lock.acquire():
+            raise StackAlreadyRunning(self.data, self._lock.holder())
         try:
             (self.data / "logs").mkdir(parents=True, exist_ok=True)
             if not self.url:
@@ -485,6 +502,7 @@ class ProcessStack:
             self._nats.stop()
             (self.data / URL_FILE).unlink(missing_ok=True)
             self._nats = None
+        self._lock.release()
 
     @property
     def display_url(self) -> str:
