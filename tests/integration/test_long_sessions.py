@@ -125,6 +125,8 @@ async def test_an_audit_read_of_a_long_session_comes_in_pages_and_a_whole_read_i
         for n in range(TURNS):
             await client.run("chatty", question(n), session_id="long")
         pages = [m async for m in history_pages(client, "long", originals=True)]
+        window = await client.call(ops.HISTORY_LOAD, HistoryLoad(session_id="long"))
+        paged_window = [m async for p in history_pages(client, "long", originals=False) for m in p]
         with pytest.raises(RemoteError) as refused:
             await client.call(ops.HISTORY_LOAD, HistoryLoad(session_id="long", originals=True))
         with pytest.raises(RemoteError) as export_refused:
@@ -134,6 +136,8 @@ async def test_an_audit_read_of_a_long_session_comes_in_pages_and_a_whole_read_i
     audit = [m for page in pages for m in page]
     assert user_texts(audit) == [question(n) for n in range(TURNS)]
     assert len(audit) == 2 * TURNS
+    # Read in pages, the history a run loads is the same as in one reply.
+    assert paged_window == window.messages
     assert refused.value.known_code == "message_too_large"
     assert "pages" in refused.value.message
     assert export_refused.value.known_code == "message_too_large"
