@@ -15,6 +15,7 @@ from runbus.errors import RemoteError
 from runbus.messages.runs import RunGet
 from runbus_examples import AGENTS_DIR
 from runbus_gateway.agents import load_agents
+from runbus_gateway.api import QUEUE_RECENT
 from tests.integration.ingress.conftest import ALICE, BOB, ingress
 from tests.integration.ingress.test_runs_api import read_sse
 from tests.models import GatedModel, weather_then_answer
@@ -120,3 +121,26 @@ async def test_another_users_or_tenants_queued_run_is_not_found(
     }
     assert on_the_bus.value.known_code == "not_found"
     assert own == "queued"
+
+
+async def test_a_run_queued_behind_many_others_is_queued_too(
+    nats_server: SecuredNats, tmp_path: Path, alice: RunbusClient
+) -> None:
+    """The newest requests are read first; an older one is found reading the queue in order."""
+    model = GatedModel(weather_then_answer, hold={0})
+    async with start_stack(
+        nats_server.url,
+        data_dir=tmp_path,
+        agents=AGENTS,
+        routes={"gated": model},
+        gateway_options={"run_concurrency": 1},
+    ):
+        await alice.start("travel", "Hi", session_id="busy")
+        await asyncio.wait_for(model.reached.wait(), 20)
+        early = await alice.start("travel", "Weather?", session_id="early")
+        for index in range(2 * QUEUE_RECENT):
+            await alice.start("travel", "Weather?", session_id=f"later-{index}")
+        info = await alice.call(ops.API_RUNS_GET, RunGet(run_id=early))
+        model.release.set()
+
+    assert (info.record.status, info.record.session_id) == ("queued", "early")

@@ -1,14 +1,16 @@
 """The authenticated client API (`runbus.api.*`): runs and approvals answered here, everything
 else forwarded to the owning service with the caller's identity as trusted headers."""
 
+import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC
 from typing import Any, Final
 
 import msgspec
 import structlog
 from nats.aio.client import Client as NATS
+from nats.js.api import RawStreamMsg
 from nats.js.errors import NotFoundError
 
 from runbus import headers as h
@@ -39,6 +41,8 @@ from .runs import RunRecords, now
 
 log = structlog.get_logger()
 
+QUEUE_RECENT: Final = 32
+"""Newest run requests a lookup reads one by one before it reads the queue from its start."""
 QUEUE_SCAN_LIMIT: Final = 10_000
 """Most run requests a lookup of an unknown run id reads from the queue: the run queue holds
 only requests not yet finished, so this is far past any healthy queue's depth."""
@@ -116,17 +120,7 @@ class ClientApi:
     async def _queued(self, principal: Principal, run_id: str) -> RunRecord | None:
         """The record of the caller's request `run_id` while it is still in the run queue; None
         when there is none, or it is someone else's (its own token names its owner)."""
-        js = self.nc.jetstream()
-        seq = 1
-        for _ in range(QUEUE_SCAN_LIMIT):
-            try:
-                msg = await js.get_msg(
-                    subjects.RUNS_STREAM, seq=seq, subject=subjects.RUNS_ALL, next=True
-                )
-            except NotFoundError:
-                return None
-            assert msg.seq is not None
-            seq = msg.seq + 1
+        async for msg in self._queue():
             stored = msg.headers or {}
             if stored.get(h.MSG_ID) != run_id:
                 continue
@@ -152,6 +146,31 @@ class ClientApi:
                 trace_id=parent[1] if len(parent) == 4 else "",
             )
         return None
+
+    async def _queue(self) -> AsyncIterator[RawStreamMsg]:
+        """The run requests in the queue: the newest few first (a run asked about before a
+        replica admitted it was most likely accepted a moment ago), then the rest in order."""
+        js = self.nc.jetstream()
+        state = (await js.stream_info(subjects.RUNS_STREAM)).state
+        if not state.messages:
+            return
+        recent = max(state.first_seq, state.last_seq - QUEUE_RECENT + 1)
+        for seq in range(state.last_seq, recent - 1, -1):
+            with contextlib.suppress(NotFoundError):  # acked (deleted) already
+                yield await js.get_msg(subjects.RUNS_STREAM, seq=seq)
+        seq = state.first_seq
+        for _ in range(QUEUE_SCAN_LIMIT):
+            try:
+                msg = await js.get_msg(
+                    subjects.RUNS_STREAM, seq=seq, subject=subjects.RUNS_ALL, next=True
+                )
+            except NotFoundError:
+                return
+            assert msg.seq is not None
+            if msg.seq >= recent:
+                return
+            seq = msg.seq + 1
+            yield msg
 
     async def on_run_list(self, ctx: h.RunContext, request: RunList) -> RunListed:
         principal = self._principal(ctx)
