@@ -6,7 +6,7 @@ import os
 import sys
 
 from ..settings import Settings
-from ._common import Subparsers
+from ._common import StackNotRunning, Subparsers, stack_url
 
 # Started by name, like `runbus serve`: `runbus` never imports a service package.
 INGRESS_MODULE = "runbus_ingress"
@@ -25,5 +25,10 @@ def register(subparsers: Subparsers) -> None:
 async def handle(settings: Settings, args: argparse.Namespace) -> int:
     host = settings.http_host if args.host is None else args.host
     port = settings.http_port if args.port is None else args.port
+    try:
+        stack_url(settings)
+    except StackNotRunning as exc:
+        # It serves anyway (the console, /openapi.json): API requests get 503 until a stack is up.
+        print(f"runbus http: {exc}; until then API requests are answered 503", file=sys.stderr)
     argv = [sys.executable, "-m", INGRESS_MODULE, "--host", host, "--port", str(port)]
     os.execv(sys.executable, argv)
