@@ -206,11 +206,14 @@ async def test_an_unknown_tool_or_bad_arguments_are_invalid_params(served_mcp: S
     async with mcp_session(served_mcp.url, ALICE) as session:
         with pytest.raises(MCPError) as unknown:
             await session.call_tool("nobody", {"input": "Hi"})
+        with pytest.raises(MCPError) as wildcard:
+            await session.call_tool("travel.>", {"input": "Hi"})
         with pytest.raises(MCPError) as bad:
             await session.call_tool("travel", {"text": "Hi"})
 
     assert unknown.value.error.code == types.INVALID_PARAMS
     assert "nobody" in unknown.value.error.message
+    assert wildcard.value.error.code == types.INVALID_PARAMS
     assert bad.value.error.code == types.INVALID_PARAMS
 
 

@@ -1,10 +1,6 @@
-"""`POST /v1/mcp`: every agent the caller may run as an MCP tool, over streamable HTTP.
-
-The `mcp` SDK's own server speaks the protocol (both the 2025 handshake and the 2026-07-28
-per-request envelope), stateless, one session manager per HTTP request reached through a small
-ASGI bridge; this module authenticates the bearer token and runs the agents. A tool call is a
-run of that agent as the token's user, in a session of theirs.
-"""
+"""`POST /v1/mcp`: each agent the caller may run as an MCP tool, a call a run as the bearer
+token's user. The `mcp` SDK's own stateless server speaks the protocol (behind `_asgi`); this
+module authenticates, lists the agents and runs them."""
 
 import uuid
 from collections.abc import Iterator
@@ -38,6 +34,7 @@ from runbus.messages import (
     RunTextDelta,
     RunToolCall,
     RunToolResult,
+    is_identifier,
 )
 from runbus.messages.runs import AgentList, RunCancel
 
@@ -192,8 +189,11 @@ async def on_call_tool(
     ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
 ) -> types.CallToolResult:
     caller = caller_of(ctx)
+    agent = params.name
+    if not is_identifier(agent):  # it becomes part of the run request's subject
+        raise MCPError(types.INVALID_PARAMS, f"no tool {agent!r} for this caller")
     arguments = _arguments(params.arguments)
-    agent, run_id = params.name, new_run_id()
+    run_id = new_run_id()
     session_id = arguments.session_id or f"s-{uuid.uuid4().hex[:16]}"
     meta: dict[str, Any] = {
         f"{META_PREFIX}run_id": run_id,
