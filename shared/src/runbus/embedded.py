@@ -98,11 +98,15 @@ class EmbeddedNats:
         port: int = 0,
         log_file: Path | None = None,
         config_file: Path | None = None,
+        own_session: bool = False,
     ) -> None:
         self.store_dir = store_dir
         self.port = port
         self.log_file = log_file
         self.config_file = config_file
+        self.own_session = own_session
+        """Out of the caller's terminal session: a Ctrl-C there reaches the caller alone, which
+        stops this server after its clients have drained."""
         self.url = ""
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -143,6 +147,7 @@ class EmbeddedNats:
                 stdout=log,
                 stderr=log,
                 env=env,
+                start_new_session=self.own_session,
             )  # fmt: skip
         finally:
             if not isinstance(log, int):

@@ -231,6 +231,7 @@ class ProcessStack:
                     port=self._port(),
                     log_file=self.data / "logs" / "nats.log",
                     config_file=config,
+                    own_session=True,
                 )
                 self.url = self._nats.start()
                 (self.data / URL_FILE).write_text(self.url)
@@ -318,6 +319,9 @@ class ProcessStack:
             env={**self._env, **identity, **self.replica_env.get(label, {})},
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
+            # A Ctrl-C in the terminal reaches `runbus up` alone: a service signalled by the
+            # terminal and then by `stop` takes the second signal as "cut the drain short".
+            start_new_session=True,
         )
         replica = Replica(label, process, self.data / "logs" / f"{label.replace('#', '-')}.log")
         self._replicas[label] = replica

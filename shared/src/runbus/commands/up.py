@@ -1,4 +1,4 @@
-"""`runbus up`: embedded NATS + the six services as processes, until Ctrl-C."""
+"""`runbus up`: embedded NATS + the seven services as processes, until Ctrl-C."""
 
 import argparse
 import asyncio
@@ -16,7 +16,7 @@ from ._common import Subparsers
 
 
 def register(subparsers: Subparsers) -> None:
-    up = subparsers.add_parser("up", help="embedded NATS + the six services, logs multiplexed")
+    up = subparsers.add_parser("up", help="embedded NATS + the seven services, logs multiplexed")
     up.add_argument(
         "--replicas",
         action="append",
@@ -89,7 +89,9 @@ async def handle(settings: Settings, args: argparse.Namespace) -> int:
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    # SIGHUP too: the services are out of the terminal's session (see ProcessStack), so a
+    # closed terminal must stop them through this process.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         loop.add_signal_handler(sig, stop.set)
     starting = asyncio.ensure_future(stack.start(timeout=args.timeout))
     stopped = asyncio.ensure_future(stop.wait())
