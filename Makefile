@@ -87,8 +87,12 @@ bench-postgres: ## Install PostgreSQL's server binaries for the bench's anchor i
 	  || echo "PostgreSQL not installed: the bench skips the LangGraph + Postgres rows"
 
 .PHONY: phoenix
-phoenix: setup ## Arize Phoenix (optional group) as trace UI and OTLP/HTTP backend on :6006 for make run
-	PHOENIX_WORKING_DIR=$${RUNBUS_DATA_DIR:-.runbus}/phoenix $(UV_RUN) --group phoenix phoenix serve
+# Its own environment (the locked `phoenix` group alone, under the data dir), so no later
+# `uv sync --locked` of .venv uninstalls it under the running server.
+phoenix: uv ## Arize Phoenix (optional group) as trace UI and OTLP/HTTP backend on 127.0.0.1:6006
+	UV_PROJECT_ENVIRONMENT=$${RUNBUS_DATA_DIR:-.runbus}/phoenix-venv \
+	PHOENIX_WORKING_DIR=$${RUNBUS_DATA_DIR:-.runbus}/phoenix PHOENIX_HOST=127.0.0.1 \
+		$(UV_RUN) --only-group phoenix phoenix serve
 
 .PHONY: up
 up: setup ## Build the image and start the full stack with docker compose (NATS secrets made once)
