@@ -175,7 +175,7 @@ async def test_a_run_queued_for_a_retry_can_be_cancelled_before_its_next_attempt
         nats_server.url, data_dir=tmp_path, agents=AGENTS, routes={"gated": model}
     ):
         run_id = await alice.start("travel", "Hi", session_id="retry")
-        await eventually(lambda: _is(alice, run_id, "queued"), retrying=(RemoteError,))
+        await eventually(lambda: _waits_for_retry(alice, run_id), retrying=(RemoteError,))
         info = await alice.call(ops.API_RUNS_CANCEL, RunCancel(run_id=run_id))
         calls = len(model.requests)
         final = [i.event async for i in alice.follow(run_id, timeout=10)][-1]
@@ -186,6 +186,12 @@ async def test_a_run_queued_for_a_retry_can_be_cancelled_before_its_next_attempt
     assert final.error.code == "cancelled"
     assert after == "cancelled"
     assert len(model.requests) == calls  # no attempt after the cancel
+
+
+async def _waits_for_retry(client: RunbusClient, run_id: str) -> bool:
+    """Queued again after a failed attempt (before its first one it is queued too)."""
+    info = await client.call(ops.API_RUNS_GET, RunGet(run_id=run_id))
+    return info.record.status == "queued" and info.record.attempts >= 1
 
 
 async def _is(client: RunbusClient, run_id: str, status: RunStatus) -> bool:
