@@ -2,6 +2,7 @@
 record (trace ids still travel); a collector that is down is one log line naming it."""
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -44,6 +45,18 @@ def test_otel_service_name_and_resource_attributes_are_honoured(
 
 def test_without_otel_service_name_the_service_is_named_after_itself() -> None:
     assert create_tracer_provider("gateway").resource.attributes["service.name"] == "gateway"
+
+
+def test_each_replica_names_its_instance_as_its_srv_metadata_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    here = f"{socket.gethostname()}:{os.getpid()}"
+    mine = create_tracer_provider("gateway").resource.attributes["service.instance.id"]
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "service.instance.id=gateway-7f9c")
+    named = create_tracer_provider("gateway").resource.attributes["service.instance.id"]
+
+    assert mine == here
+    assert named == "gateway-7f9c"
 
 
 def test_with_nothing_to_export_to_spans_do_not_record_but_carry_trace_ids() -> None:
