@@ -12,11 +12,12 @@ from typing import Final, TextIO
 import msgspec
 import structlog
 from aiohttp import web
+from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
 from opentelemetry.util.types import AttributeValue
 from structlog.typing import EventDict, WrappedLogger
 
-from runbus.telemetry import extract
+from runbus.telemetry import extract, start_span
 
 from .context import RUN_ID_HEADER
 
@@ -72,14 +73,20 @@ async def observed(request: web.Request, handler: Handler) -> web.StreamResponse
     started = time.perf_counter()
     status = 500
     response: web.StreamResponse | None = None
-    with tracer.start_as_current_span(
+    # Attributes only on a span that records (as on the bus's hops): without an exporter the
+    # span costs next to nothing, and it still carries the trace the run joins.
+    span = start_span(
+        tracer,
         f"{request.method} {route}" if route else request.method,
+        SpanKind.SERVER,
         context=extract(request.headers),
-        kind=SpanKind.SERVER,
-        attributes=server_attributes(request),
-        record_exception=False,
-        set_status_on_exception=False,
-    ) as span:
+    )
+    recording = span.is_recording()
+    if recording:
+        span.set_attributes(server_attributes(request))
+    with trace.use_span(
+        span, end_on_exit=True, record_exception=False, set_status_on_exception=False
+    ):
         try:
             response = await handler(request)
             status = response.status
@@ -92,12 +99,13 @@ async def observed(request: web.Request, handler: Handler) -> web.StreamResponse
             raise
         finally:
             run_id = _run_id(request, response)
-            span.set_attribute("http.response.status_code", status)
-            if run_id:
-                span.set_attribute("runbus.run_id", run_id)
-            if status >= 500 and status != CLIENT_CLOSED:
-                span.set_attribute("error.type", str(status))
-                span.set_status(Status(StatusCode.ERROR))
+            if recording:
+                span.set_attribute("http.response.status_code", status)
+                if run_id:
+                    span.set_attribute("runbus.run_id", run_id)
+                if status >= 500 and status != CLIENT_CLOSED:
+                    span.set_attribute("error.type", str(status))
+                    span.set_status(Status(StatusCode.ERROR))
             log.info(
                 "http_request",
                 method=request.method,
