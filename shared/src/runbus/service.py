@@ -24,8 +24,8 @@ from opentelemetry.trace import SpanKind, TracerProvider
 from . import __version__, subjects
 from . import headers as h
 from .bus import Bus
-from .discovery import ANSWERED_DATA, GROUP_METADATA
 from .decoding import decode_untrusted
+from .discovery import ANSWERED_DATA, GROUP_METADATA
 from .errors import DeadlineExceeded
 from .failures import as_runbus_error, handle_failure
 from .instance import instance_metadata
