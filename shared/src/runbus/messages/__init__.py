@@ -16,7 +16,7 @@ from .contents import (
 from .errors import ErrorCode, ErrorInfo, ErrorReply
 from .history import HistoryAppend, HistoryAppended, HistoryLoad, HistoryLoaded
 from .memory import MemoryHit, MemoryHits, MemorySearch, MemoryStore, MemoryStored
-from .model import ModelRequest, ModelResponse, ModelSettings, ToolSpec
+from .model import ModelRequest, ModelResponse, ModelSettings, OutputFormat, ToolSpec
 from .runs import (
     RunApprovalRequested,
     RunCompacted,
@@ -57,6 +57,7 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "ModelSettings",
+    "OutputFormat",
     "ReasoningContent",
     "Record",
     "Role",

@@ -28,6 +28,8 @@ ErrorCode = Literal[
     "dead_lettered",
     "invalid_state",
     "program_error",
+    "output_invalid",
+    "output_blocked",
     # the bus and the model
     "unavailable",
     "internal",

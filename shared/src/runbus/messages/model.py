@@ -33,6 +33,17 @@ class ModelSettings(Record, frozen=True):
     """Sampling seed."""
 
 
+class OutputFormat(Record, frozen=True):
+    """The shape a final answer must have: JSON, and with `schema` JSON that validates."""
+
+    name: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{1,64}$")] = "output"
+    """Name of the schema, as OpenAI's `json_schema.name`."""
+    schema: dict[str, Any] | None = None
+    """JSON Schema of the answer; None for any JSON object (OpenAI's `json_object`)."""
+    strict: bool = True
+    """Ask the provider to enforce the schema while decoding, where it can."""
+
+
 class ModelRequest(Message, frozen=True, tag="model.complete"):
     route: str
     """Route or model to use, e.g. `offline`, `scripted/travel-3-tools`."""
@@ -59,6 +70,9 @@ class ModelRequest(Message, frozen=True, tag="model.complete"):
     seed: int | None = None
     """Sampling seed, for repeatable replies where the provider supports it; None for the
     target's default."""
+    response_format: OutputFormat | None = None
+    """The shape the answer must have, asked of the provider natively (OpenAI and llama.cpp
+    `response_format`); None for free text."""
 
 
 FinishReason = Literal["stop", "tool_calls", "length"]

@@ -11,6 +11,7 @@ from .chat import ChatMessage, Usage
 from .compaction import CompactionReport
 from .contents import FunctionCallContent, FunctionResultContent
 from .errors import ErrorInfo
+from .model import OutputFormat
 
 
 class RunRequest(Message, frozen=True, tag="run.request"):
@@ -22,6 +23,9 @@ class RunRequest(Message, frozen=True, tag="run.request"):
     """Conversation this run belongs to; created for the caller if new."""
     input: list[ChatMessage]
     """New messages from the caller (usually one user message)."""
+    output_format: OutputFormat | None = None
+    """The shape this run's answer must have, in place of the agent's own (`[output]`); None
+    for the agent's."""
 
 
 class RunStarted(Message, frozen=True, tag="run.started"):
@@ -92,6 +96,9 @@ class RunCompleted(Message, frozen=True, tag="run.completed"):
     """The final assistant text."""
     usage: Usage = Usage()
     """Tokens summed over the run's model calls."""
+    output: Any = None
+    """The answer parsed as JSON and validated, for an agent or request with an output
+    format; None otherwise."""
 
 
 class RunFailed(Message, frozen=True, tag="run.failed"):
