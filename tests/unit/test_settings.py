@@ -77,3 +77,23 @@ def test_a_bad_value_stops_start_naming_the_variable(variable: str, value: str) 
 
     assert raised.value.variable == variable
     assert str(raised.value).startswith(f"{variable}: ")
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "said"),
+    [
+        ("RUNBUS_HTTP_PORT", "abc", "RUNBUS_HTTP_PORT: 'abc' is not a whole number"),
+        ("RUNBUS_HTTP_PORT", "70000", "RUNBUS_HTTP_PORT: '70000' must be a whole number <= 65535"),
+        ("RUNBUS_RUN_TIMEOUT", "-1", "RUNBUS_RUN_TIMEOUT: '-1' must be a number > 0"),
+        ("RUNBUS_LOG_FORMAT", "xml", "RUNBUS_LOG_FORMAT: 'xml' is not one of auto, json, console"),
+        ("RUNBUS_OPEN_BUS", "maybe", "RUNBUS_OPEN_BUS: 'maybe' is not true or false"),
+    ],
+)
+def test_a_bad_value_is_told_in_runbus_words_with_the_value_given(
+    variable: str, value: str, said: str
+) -> None:
+    with pytest.raises(SettingsError) as raised:
+        load_settings({variable: value})
+
+    assert str(raised.value) == said
+    assert "$." not in str(raised.value)

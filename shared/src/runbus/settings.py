@@ -5,9 +5,10 @@ names the variable, instead of being ignored until it matters.
 """
 
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args, get_origin, get_type_hints
 
 import msgspec
 
@@ -140,4 +141,35 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         text = str(exc)
         field = text.rsplit("$.", 1)[-1].rstrip("`") if "$." in text else ""
         variable = f"{ENV_PREFIX}{field.upper()}" if field else ENV_PREFIX + "*"
-        raise SettingsError(variable, text) from None
+        raise SettingsError(variable, _problem(field, values.get(field), text)) from None
+
+
+_WHOLE_FLOAT = re.compile(r"(\d)\.0\b")
+_KINDS = {"int": "a whole number", "float": "a number", "bool": "true or false", "str": "text"}
+
+
+def _problem(field: str, raw: object, text: str) -> str:
+    """msgspec's `Expected `int` >= 1, got `str` - at `$.x`` in runbus's words, with the
+    value that was given."""
+    said = text.split(" - at `$", 1)[0]
+    given = f"{raw!r} " if raw is not None else ""
+    if said.startswith("Invalid enum value"):
+        choices = _choices(field)
+        return f"{given}is not one of {', '.join(choices)}" if choices else f"{given}is not valid"
+    if match := re.fullmatch(r"Expected `(\w+)`(?: (.+?))?(?:, got `\w+`)?", said):
+        kind, bound = match.groups()
+        wanted = _KINDS.get(kind, kind)
+        if bound:
+            whole = _WHOLE_FLOAT.sub(r"\1", bound)  # `> 0.0` reads `> 0`
+            return f"{given}must be {wanted} {whole}"
+        return f"{given}is not {wanted}"
+    return f"{given}is not valid: {said}"
+
+
+def _choices(field: str) -> tuple[str, ...]:
+    """The values a `Literal` setting takes (also inside `X | None`)."""
+    hint = get_type_hints(Settings).get(field)
+    for candidate in (hint, *get_args(hint)):
+        if get_origin(candidate) is Literal:
+            return tuple(str(choice) for choice in get_args(candidate))
+    return ()
