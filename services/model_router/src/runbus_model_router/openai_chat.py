@@ -30,6 +30,7 @@ from runbus.messages import (
     FunctionCallContent,
     ModelRequest,
     ModelResponse,
+    OutputFormat,
     TextContent,
     ToolSpec,
 )
@@ -195,6 +196,8 @@ class OpenAIChatModel:
             params["stop"] = request.stop
         if request.seed is not None:
             params["seed"] = request.seed
+        if request.response_format is not None:
+            params["response_format"] = response_format(request.response_format)
         return params
 
     async def complete(self, request: ModelRequest, on_delta: OnDelta) -> ModelResponse:
@@ -205,6 +208,7 @@ class OpenAIChatModel:
         structured = bool(offered) and not self.native_tools
         params = self._params(structured_tools.offer(request) if structured else request)
         if structured:
+            # Tools offered as JSON take the field: the answer is then free text again.
             params["response_format"] = structured_tools.response_format(offered)
         try:
             await self._exchange(
@@ -344,3 +348,12 @@ async def _read_structured(
     if answer:
         await on_delta(answer)
     return [*kept, *read], reply.finish_reason
+
+
+def response_format(output: OutputFormat) -> dict[str, Any]:
+    """OpenAI's `response_format` for `output` (llama.cpp's server reads the same field and
+    constrains decoding to the schema)."""
+    if output.schema is None:
+        return {"type": "json_object"}
+    schema = {"name": output.name, "schema": output.schema, "strict": output.strict}
+    return {"type": "json_schema", "json_schema": schema}
