@@ -22,6 +22,7 @@ from runbus.messages import (
     MemoryHit,
     ModelResponse,
     ModelSettings,
+    OutputFormat,
     RunEvent,
     RunRequest,
     RunStarted,
@@ -131,6 +132,7 @@ class RecordingPorts:
         self.prompts: list[list[ChatMessage]] = []
         self.offered: list[list[ToolSpec]] = []
         self.reply_ids: list[str] = []
+        self.outputs: list[tuple[OutputFormat | None, bool]] = []
         self.invoked: list[FunctionCallContent] = []
         self.first_sends: list[bool] = []
         self.appended: list[ChatMessage] = []
@@ -205,8 +207,12 @@ class RecordingPorts:
         tools: list[ToolSpec],
         message_id: str,
         settings: ModelSettings | None = None,
+        *,
+        output: OutputFormat | None = None,
+        stream: bool = True,
     ) -> ModelResponse:
         self.hops.append("complete")
+        self.outputs.append((output, stream))
         assert route == AGENT.model
         self.prompts.append(list(messages))
         self.offered.append(list(tools))

@@ -1,13 +1,17 @@
 """Agent definitions: TOML files decoded into frozen Structs at start."""
 
 import functools
+import importlib
+import re
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
+import jsonschema
 import msgspec
+from jsonschema.exceptions import SchemaError
 
-from runbus.messages import Identifier, ModelSettings
+from runbus.messages import Identifier, ModelSettings, OutputFormat
 from runbus.messages.compaction import (
     CompactionStrategy,
     NoCompaction,
@@ -18,7 +22,8 @@ from runbus.messages.memory import SearchScope
 from runbus.messages.sessions import ConcurrencyPolicy
 
 from .errors import GatewayConfigError
-from .harness.config import HarnessConfig
+from .harness.config import HarnessConfig, Table
+from .harness.guardrails import Guardrail, build_guardrails
 from .harness.runtime import Harness
 
 
@@ -94,6 +99,84 @@ class CompactionPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 OWN_COMPACTION_KEYS = ("max_tokens", "tokenizer", "persist")
+MODEL_SETTINGS: Final = tuple(f.name for f in msgspec.structs.fields(ModelSettings))
+TYPE_PATH: Final = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+class OutputPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """An agent's `[output]` table: the shape of its answer and the guardrails the answer must
+    pass before anything of it is shown (see docs/features/structured-output.md and
+    output-guardrails.md)."""
+
+    schema: dict[str, Any] | None = None
+    """JSON Schema of the answer, inline (a TOML table)."""
+    schema_file: str | None = None
+    """A JSON Schema file, relative to the agent file."""
+    type: str | None = None
+    """`module:Type` of a msgspec Struct (or any type msgspec has a schema for)."""
+    json: bool = False
+    """Any JSON object (OpenAI's `json_object`), when no schema is named."""
+    name: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{1,64}$")] = "output"
+    """Name of the schema, as the provider is told it."""
+    strict: bool = True
+    """Ask the provider to enforce the schema while decoding."""
+    guardrails: list[Table] = []
+    """Output guardrails (the input guardrails' kinds: `{name = "blocked_terms", …}`), run on
+    every text the model writes before it is shown; the first that trips fails the run as
+    `output_blocked`. With any, the model's text is held until it passes."""
+
+    def __post_init__(self) -> None:
+        named = [k for k in ("schema", "schema_file", "type") if getattr(self, k) is not None]
+        if len(named) > 1:
+            raise ValueError(f"name one of schema, schema_file and type, not {named}")
+
+    def format(self, folder: Path | None) -> OutputFormat | None:
+        """The output format this table asks for, its schema read and checked;
+        `GatewayConfigError` says what is wrong."""
+        schema = self.schema
+        if self.schema_file is not None:
+            path = (folder or Path()) / self.schema_file
+            try:
+                schema = msgspec.json.decode(path.read_bytes())
+            except (OSError, msgspec.DecodeError) as exc:
+                raise GatewayConfigError(f"schema_file {str(path)!r}: {exc}") from None
+        elif self.type is not None:
+            schema = msgspec.json.schema(_load_type(self.type))
+        if schema is None:
+            return OutputFormat(name=self.name, strict=self.strict) if self.json else None
+        if not isinstance(schema, dict) or (problem := schema_problem(schema)) is not None:
+            problem = "not an object" if not isinstance(schema, dict) else problem
+            raise GatewayConfigError(f"output schema is not a JSON Schema: {problem}")
+        return OutputFormat(name=self.name, schema=schema, strict=self.strict)
+
+
+def schema_problem(schema: dict[str, Any]) -> str | None:
+    """What is wrong with `schema` as a JSON Schema, or None."""
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except SchemaError as exc:
+        return str(exc.message)
+    return None
+
+
+def _load_type(path: str) -> type:
+    if not TYPE_PATH.match(path):
+        raise GatewayConfigError(f"output type {path!r} is not `module:Type`")
+    module_name, name = path.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise GatewayConfigError(
+            f"output type {path!r}: cannot import {module_name!r}: {exc}"
+        ) from None
+    found = getattr(module, name, None)
+    if not isinstance(found, type):
+        raise GatewayConfigError(f"output type {path!r}: {module_name!r} has no type {name!r}")
+    try:
+        msgspec.json.schema(found)
+    except TypeError as exc:
+        raise GatewayConfigError(f"output type {path!r} has no JSON Schema: {exc}") from None
+    return found
 
 
 class AgentSpec(
@@ -128,6 +211,11 @@ class AgentSpec(
     compaction: CompactionPolicy = CompactionPolicy()
     harness: HarnessConfig = HarnessConfig()
     """Guardrails, todo list, modes, loop mode, or a program instead of a model."""
+    output: OutputPolicy = OutputPolicy()
+    """`[output]`: the answer's shape and the output guardrails."""
+    output_format: OutputFormat | None = None
+    """The answer's shape as the model is asked for it (from `output`, set when the agent
+    file is loaded, or a request's own)."""
 
     def __post_init__(self) -> None:
         if self.harness.kind == "chat" and not self.model:
@@ -142,6 +230,25 @@ class AgentSpec(
         harness.check_tool_names(self.tools)
         return harness
 
+    @functools.cached_property
+    def output_guardrails(self) -> list[Guardrail]:
+        return build_guardrails(self.output.guardrails)
+
+    @property
+    def holds_text(self) -> bool:
+        """The model's text is shown only once the answer is checked: it has output
+        guardrails, or an output format (an invalid answer is never shown)."""
+        return bool(self.output.guardrails) or self.output_format is not None
+
+    def for_run(self, output_format: OutputFormat | None) -> "AgentSpec":
+        """The agent for a run that asks for its own output format (None: as it is)."""
+        if output_format is None or output_format == self.output_format:
+            return self
+        agent = msgspec.structs.replace(self, output_format=output_format)
+        # The harness and guardrails are the same: built once per agent, not per run.
+        agent.__dict__.update(runtime=self.runtime, output_guardrails=self.output_guardrails)
+        return agent
+
 
 def load_agents(folder: Path | None = None) -> dict[str, AgentSpec]:
     """Every `*.toml` in `folder` (`RUNBUS_AGENTS_DIR`), by name; none without a folder."""
@@ -150,6 +257,8 @@ def load_agents(folder: Path | None = None) -> dict[str, AgentSpec]:
     for file in files:
         try:
             table = tomllib.loads(file.read_text())
+            _check_model_settings(file, table.get("model_settings"))
+            table.pop("output_format", None)  # set from `[output]` only
             compaction = CompactionPolicy.from_table(table.pop("compaction", {}))
             agent = msgspec.convert(table, AgentSpec)
             agent = msgspec.structs.replace(agent, compaction=compaction)
@@ -161,7 +270,25 @@ def load_agents(folder: Path | None = None) -> dict[str, AgentSpec]:
             agent.runtime  # noqa: B018
         except GatewayConfigError as exc:
             raise GatewayConfigError(f"agent file {str(file)!r}: {exc} - at `$.harness`") from None
+        try:
+            agent.output_guardrails  # noqa: B018
+            agent = msgspec.structs.replace(agent, output_format=agent.output.format(file.parent))
+        except GatewayConfigError as exc:
+            raise GatewayConfigError(f"agent file {str(file)!r}: {exc} - at `$.output`") from None
         if agent.name in agents:
             raise GatewayConfigError(f"agent {agent.name!r} is defined twice")
         agents[agent.name] = agent
     return agents
+
+
+def _check_model_settings(file: Path, table: object) -> None:
+    """A misspelt setting (`temprature`) would silently take the target's default: refused,
+    naming the valid ones."""
+    if not isinstance(table, dict):
+        return
+    unknown = sorted(set(table) - set(MODEL_SETTINGS))
+    if unknown:
+        raise GatewayConfigError(
+            f"agent file {str(file)!r}: unknown model setting {', '.join(map(repr, unknown))} "
+            f"in [model_settings]; the valid ones are {', '.join(MODEL_SETTINGS)}"
+        )

@@ -88,3 +88,26 @@ class TooManyToolCalls(RunbusError):
             details={"calls": calls, "limit": limit},
         )
         self.limit = limit
+
+
+class OutputInvalid(RunbusError):
+    """The final answer did not have the output format's shape, after the repair turn too."""
+
+    code = "output_invalid"
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(
+            f"the model's answer does not match the output format after one repair turn: {problem}",
+            details={"problem": problem},
+        )
+        self.problem = problem
+
+
+class OutputBlocked(RunbusError):
+    """An output guardrail tripped on the answer; nothing of the answer was shown or stored."""
+
+    code = "output_blocked"
+
+    def __init__(self, guardrail: str, message: str) -> None:
+        super().__init__(message, details={"guardrail": guardrail})
+        self.guardrail = guardrail

@@ -21,6 +21,7 @@ from runbus.messages import (
     ModelRequest,
     ModelResponse,
     ModelSettings,
+    OutputFormat,
     RunEvent,
     ToolList,
     ToolSpec,
@@ -138,18 +139,23 @@ class BusPorts:
         tools: list[ToolSpec],
         message_id: str,
         settings: ModelSettings = NO_SETTINGS,
+        *,
+        output: OutputFormat | None = None,
+        stream: bool = True,
     ) -> ModelResponse:
+        events = subjects.events(ctx.prop("tenant"), ctx.prop("user_id"), ctx.run_id)
         request = ModelRequest(
             route=route,
             messages=messages,
             tools=tools,
-            stream_to=subjects.events(ctx.prop("tenant"), ctx.prop("user_id"), ctx.run_id),
+            stream_to=events if stream else None,
             message_id=message_id,
             max_output_tokens=settings.max_output_tokens,
             temperature=settings.temperature,
             top_p=settings.top_p,
             stop=settings.stop,
             seed=settings.seed,
+            response_format=output,
         )
         # Waits as long as the router reports progress (bounded by the run's deadline); the
         # router retries and fails over itself, and stops the provider when this wait ends.

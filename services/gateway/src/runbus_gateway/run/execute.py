@@ -35,6 +35,7 @@ async def execute_run(
     continues after them: no model call or tool call that already has a result is repeated.
     `on_waiting` is told when a call starts and stops waiting for a person's approval.
     """
+    agent = agent.for_run(request.output_format)
     events = RunEvents(ports, ctx)
     inputs = stamp_input(request, datetime.now(UTC))
     await events.started(agent.name)

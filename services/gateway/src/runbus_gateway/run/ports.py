@@ -11,6 +11,7 @@ from runbus.messages import (
     MemoryHit,
     ModelResponse,
     ModelSettings,
+    OutputFormat,
     RunEvent,
     ToolSpec,
 )
@@ -47,7 +48,13 @@ class RunPorts(StatePort, Protocol):
         tools: list[ToolSpec],
         message_id: str,
         settings: ModelSettings = ...,
-    ) -> ModelResponse: ...
+        *,
+        output: OutputFormat | None = None,
+        stream: bool = True,
+    ) -> ModelResponse:
+        """`output`: the shape the answer must have; `stream`: publish the text deltas as the
+        model writes (False: the run shows the text itself once it is checked)."""
+        ...
 
     async def invoke_tool(
         self,

@@ -9,6 +9,7 @@ import msgspec
 from runbus.messages import RunCompleted, Usage
 
 from .checkpoints import Checkpointer
+from .output import checked
 from .start import Run
 from .state import RunState
 
@@ -26,7 +27,11 @@ async def settle(run: Run, state: RunState, usage: Usage) -> RunCompleted:
             raise outcome
     response = [msgspec.structs.replace(m, source="external") for m in state.response]
     text = state.final_text if state.final_text is not None else response[-1].text
-    return RunCompleted(run_id=state.run_id, response=response, text=text, usage=usage)
+    # Checked before it was recorded; a run that ended on a tool's `terminate` is checked here.
+    output, _ = checked(text, run.agent.output_format, repaired=True)
+    return RunCompleted(
+        run_id=state.run_id, response=response, text=text, usage=usage, output=output
+    )
 
 
 async def release(checkpoints: Checkpointer, state: RunState | None) -> None:

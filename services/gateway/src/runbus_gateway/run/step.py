@@ -15,6 +15,7 @@ from ..harness.programs import ProgramRun, run_program
 from ..harness.runtime import with_context
 from .compaction import compact_prompt
 from .context import before_step, instructions
+from .output import checked, guard, repair_message
 from .start import Run
 from .state import RunState, message_id
 from .tools import result_text, run_tools
@@ -50,6 +51,7 @@ async def _steps(run: Run, state: RunState) -> Usage:
     calls, state.pending_calls = state.pending_calls, []
     # Calls a resumed run found checkpointed may have been sent before it was resumed.
     first_send = False
+    repaired = False
     while not state.finished:
         if not calls:
             if state.step >= agent.max_iterations:
@@ -61,7 +63,14 @@ async def _steps(run: Run, state: RunState) -> Usage:
             )
             view = with_context(view, extra)
             reply = await run.ports.complete(
-                run.ctx, agent.model, view, run.tools, reply_id, agent.model_settings
+                run.ctx,
+                agent.model,
+                view,
+                run.tools,
+                reply_id,
+                agent.model_settings,
+                output=agent.output_format,
+                stream=not agent.holds_text,
             )
             usage += reply.usage + Usage(cost=reply.cost)
             message = msgspec.structs.replace(reply.message, message_id=reply_id, source="external")
@@ -72,9 +81,15 @@ async def _steps(run: Run, state: RunState) -> Usage:
                 # run them all and then not fit in a message.
                 raise TooManyToolCalls(len(calls), agent.max_tool_calls)
             if not calls:
-                message, appended = run.harness.rewrite(message)
-                if appended:
-                    await run.events.text(reply_id, appended, event_id=f"rewrite-{reply_id}")
+                _, invalid = checked(message.text, agent.output_format, repaired=repaired)
+                if invalid is not None:
+                    # The one repair turn: the refused answer and why, in the prompt only —
+                    # never shown (the text was held) nor stored.
+                    state.prompt += [message, repair_message(invalid, f"{reply_id}:output-repair")]
+                    state.step += 1
+                    repaired = True
+                    continue
+            message = await _show(run, message, final=not calls)
             state.record(message)
             if not calls:
                 state.finish()
@@ -101,6 +116,27 @@ async def _steps(run: Run, state: RunState) -> Usage:
         if failed_steps >= agent.max_consecutive_tool_errors:
             raise ToolErrorLimit(agent.max_consecutive_tool_errors)
     return usage
+
+
+async def _show(run: Run, message: ChatMessage, *, final: bool) -> ChatMessage:
+    """The model's reply as the user reads it: the final answer rewritten (not one with an
+    output format: it stays the JSON that was checked); with held text, every reply's text
+    checked by the output guardrails, then shown as one delta. `OutputBlocked` leaves no
+    trace of the text: it was never streamed, and the reply is never recorded."""
+    agent = run.agent
+    appended: str | None = ""
+    if final and agent.output_format is None:
+        message, appended = run.harness.rewrite(message)
+    if not agent.holds_text:
+        if appended:
+            event_id = f"rewrite-{message.message_id}"
+            await run.events.text(message.message_id, appended, event_id=event_id)
+        return message
+    guard(agent.output_guardrails, message)
+    if message.text:
+        event_id = f"held-{message.message_id}"
+        await run.events.text(message.message_id, message.text, event_id=event_id)
+    return message
 
 
 def _step_context(run: Run, state: RunState) -> list[ChatMessage]:
@@ -136,7 +172,11 @@ async def _program(run: Run, state: RunState) -> Usage:
             reply, message_id=message_id(ctx.run_id, f"m{index}"), created_at=datetime.now(UTC)
         )
         if index == len(replies) - 1:
-            reply, _ = run.harness.rewrite(reply)
+            if run.agent.output_format is None:
+                reply, _ = run.harness.rewrite(reply)
+            else:
+                checked(reply.text, run.agent.output_format, repaired=True)
+        guard(run.agent.output_guardrails, reply)
         await run.events.text(reply.message_id, reply.text, event_id=f"program-{index}")
         state.record(reply)
     state.finish()
