@@ -70,9 +70,9 @@ class HashingEmbedder:
 
 
 class LazyEmbedder:
-    """An embedder whose model loads at its first use, in the background of that request:
-    a memory service no agent uses never pays for it (MiniLM and onnxruntime are ~250 MiB).
-    Its name and vector size are known up front, so the store opens without it."""
+    """An embedder whose model loads apart from the service's start: the service is ready
+    without it (its name and vector size are known up front, so the store opens), and
+    `warm` loads it in the background so the first search does not wait for it."""
 
     def __init__(self, name: str, dimension: int, load: Callable[[], Awaitable[Embedder]]) -> None:
         self.name = name
@@ -87,6 +87,13 @@ class LazyEmbedder:
 
     async def embed(self, texts: list[str]) -> list[list[float]]:
         return await (await self._model()).embed(texts)
+
+    async def warm(self) -> None:
+        """Load the model now. A failure is logged; the first use tries again and reports it."""
+        try:
+            await self._model()
+        except Exception as exc:  # a missing or corrupt model file: the first use says so
+            log.warning("embedder_warm_failed", embedder=self.name, error=repr(exc))
 
     async def _model(self) -> Embedder:
         if self._loaded is None:

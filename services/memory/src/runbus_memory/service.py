@@ -47,7 +47,7 @@ from .core import (
     tool_search,
 )
 from .edge import EdgeStore
-from .embedder import Embedder, embedder_from_settings
+from .embedder import Embedder, LazyEmbedder, embedder_from_settings
 from .errors import FindOutsideOwnScope, StoreNotConfigured
 from .memories import Memories
 from .stores import MemoryStore as Store
@@ -102,6 +102,7 @@ class MemoryService(Service):
         self._memories: Memories | None = None
         self._writes: DurableConsumer | None = None
         self._store_task: asyncio.Task[None] | None = None
+        self._warming: asyncio.Task[None] | None = None
         self._inbox: asyncio.Queue[QueuedWrite] = asyncio.Queue()
         self._writing: asyncio.Future[None] | None = None
         self._idle = asyncio.Event()
@@ -150,6 +151,9 @@ class MemoryService(Service):
                 down=self._store_down,
             )
         self._memories = Memories(self.embedder, self.store)
+        if isinstance(self.embedder, LazyEmbedder):
+            # In the background: ready at once, and the first search does not pay the load.
+            self._warming = asyncio.create_task(self.embedder.warm())
         config = StreamConfig(
             name=subjects.MEMORY_WRITES_STREAM,
             subjects=[subjects.MEMORY_WRITES],
@@ -219,6 +223,9 @@ class MemoryService(Service):
         self._idle.set()
         if self.store is not None:
             await self.store.close()
+        if self._warming is not None:
+            self._warming.cancel()
+            await asyncio.gather(self._warming, return_exceptions=True)
         if self.embedder is not None:
             await self.embedder.close()
 
