@@ -14,7 +14,7 @@ from typing import Protocol, assert_never
 import structlog
 
 from runbus.progress import retrying
-from runbus.settings import Settings
+from runbus.settings import Settings, SettingsError
 
 from .catalog import MINILM_DIMENSION, MINILM_NAME
 from .errors import EmbedderUnavailable, VectorSizeMismatch
@@ -144,7 +144,13 @@ async def embedder_from_settings(settings: Settings) -> Embedder:
         case "minilm":
             return LazyEmbedder(MINILM_NAME, MINILM_DIMENSION, _load_minilm)
         case "openai":
-            from .remote import OpenAIEmbedder
+            try:
+                from .remote import OpenAIEmbedder
+            except ModuleNotFoundError as exc:  # installed without the `openai` extra
+                raise SettingsError(
+                    "RUNBUS_EMBEDDER",
+                    f"'openai' needs the {exc.name} package: install runbus-memory[openai]",
+                ) from None
 
             return await retrying(
                 "asking the embeddings server for its vector size",
