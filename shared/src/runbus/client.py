@@ -44,6 +44,7 @@ from .errors import (
 from .expiring_user import ExpiringUserConnection
 from .messages import (
     ChatMessage,
+    OutputFormat,
     RunCompleted,
     RunEvent,
     RunFailed,
@@ -142,8 +143,10 @@ class RunbusClient:
         *,
         session_id: str,
         run_id: str | None = None,
+        output_format: OutputFormat | None = None,
     ) -> str:
-        """Publish a run request and return its run id (without waiting for it)."""
+        """Publish a run request and return its run id (without waiting for it).
+        `output_format`: the shape this run's answer must have, in place of the agent's."""
         run_id = run_id or new_run_id()
         messages = (
             [ChatMessage(role="user", contents=[TextContent(text=message)])]
@@ -152,7 +155,13 @@ class RunbusClient:
         )
         # A large image or file is stored once in the object store and sent by reference.
         messages = await blobs.offload(self.nc, messages)
-        request = RunRequest(run_id=run_id, agent=agent, session_id=session_id, input=messages)
+        request = RunRequest(
+            run_id=run_id,
+            agent=agent,
+            session_id=session_id,
+            input=messages,
+            output_format=output_format,
+        )
         data = encode(request)
         subject = subjects.runs(agent)
         with self.tracer.start_as_current_span(
@@ -193,6 +202,7 @@ class RunbusClient:
         *,
         session_id: str,
         run_id: str | None = None,
+        output_format: OutputFormat | None = None,
     ) -> tuple[str, str]:
         """Like `start`, and also return the run's trace id (32 hex digits, as Jaeger shows it).
 
@@ -215,7 +225,13 @@ class RunbusClient:
             )
         try:
             with trace.use_span(parent, end_on_exit=False):
-                run_id = await self.start(agent, message, session_id=session_id, run_id=run_id)
+                run_id = await self.start(
+                    agent,
+                    message,
+                    session_id=session_id,
+                    run_id=run_id,
+                    output_format=output_format,
+                )
         finally:
             if owned:
                 parent.end()

@@ -11,6 +11,7 @@ import jsonschema
 import msgspec
 from jsonschema.exceptions import SchemaError
 
+from runbus.errors import BadRequest
 from runbus.messages import Identifier, ModelSettings, OutputFormat
 from runbus.messages.compaction import (
     CompactionStrategy,
@@ -241,9 +242,16 @@ class AgentSpec(
         return bool(self.output.guardrails) or self.output_format is not None
 
     def for_run(self, output_format: OutputFormat | None) -> "AgentSpec":
-        """The agent for a run that asks for its own output format (None: as it is)."""
+        """The agent for a run that asks for its own output format (None: as it is);
+        `BadRequest` for a schema that is no JSON Schema."""
         if output_format is None or output_format == self.output_format:
             return self
+        schema = output_format.schema
+        if schema is not None and (problem := schema_problem(schema)) is not None:
+            raise BadRequest(
+                f"the run's output_format schema is not a JSON Schema: {problem}",
+                details={"field": "output_format"},
+            )
         agent = msgspec.structs.replace(self, output_format=output_format)
         # The harness and guardrails are the same: built once per agent, not per run.
         agent.__dict__.update(runtime=self.runtime, output_guardrails=self.output_guardrails)

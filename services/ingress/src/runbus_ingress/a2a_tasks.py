@@ -3,7 +3,8 @@ as A2A task updates, and the task a run record or those updates make.
 
 One run is one task: the task id is the run id, the context id the session id. The task's one
 artifact, `answer`, is the run's answer: streamed text deltas append to it (a new assistant
-message starts it afresh), and the final text replaces it when the run completes. Tool calls
+message starts it afresh), and the final text replaces it when the run completes (with the
+run's structured output as a data part, for an output format). Tool calls
 and results are `working` status updates whose message carries the call as a data part; a call
 waiting for a person's approval makes the task `input-required`.
 """
@@ -127,8 +128,12 @@ def error_message(task_id: str, context_id: str, error: ErrorInfo) -> Message:
     )
 
 
-def answer(text: str) -> Artifact:
-    return Artifact(artifact_id=ANSWER, name=ANSWER, parts=[Part(text=text)])
+def answer(text: str, output: Any = None) -> Artifact:
+    """The answer artifact: its text, and a run's structured output as a data part."""
+    parts = [Part(text=text)]
+    if output is not None:
+        parts.append(_data_part(output))
+    return Artifact(artifact_id=ANSWER, name=ANSWER, parts=parts)
 
 
 class TaskUpdates:
@@ -149,11 +154,13 @@ class TaskUpdates:
             task_id=self.task_id, context_id=self.context_id, status=status
         )
 
-    def artifact(self, text: str, *, append: bool, last: bool) -> TaskArtifactUpdateEvent:
+    def artifact(
+        self, text: str, *, append: bool, last: bool, output: Any = None
+    ) -> TaskArtifactUpdateEvent:
         return TaskArtifactUpdateEvent(
             task_id=self.task_id,
             context_id=self.context_id,
-            artifact=answer(text),
+            artifact=answer(text, output),
             append=append,
             last_chunk=last,
         )
@@ -195,10 +202,10 @@ class TaskUpdates:
                     type="run.approval_requested",
                 )
                 return [self.status(TaskState.TASK_STATE_INPUT_REQUIRED, message)]
-            case RunCompleted(text=text, usage=usage):
+            case RunCompleted(text=text, usage=usage, output=output):
                 done = self.status(TaskState.TASK_STATE_COMPLETED)
                 done.metadata.update({"runbus": _json({"usage": usage})})
-                return [self.artifact(text, append=False, last=True), done]
+                return [self.artifact(text, append=False, last=True, output=output), done]
             case RunFailed(error=error):
                 message = error_message(self.task_id, self.context_id, error)
                 return [self.status(state_of_failure(error), message)]

@@ -27,7 +27,9 @@ STATUS_BY_CODE: Final[dict[ErrorCode, int]] = {
     "message_too_large": 413,
     "cancelled": 409,
     "budget_exceeded": 429,
+    "output_blocked": 422,  # an output guardrail withheld the answer
     "model_error": 502,
+    "output_invalid": 502,  # the model gave no answer of the asked shape, after a repair turn
     "unavailable": 503,
     "model_unavailable": 503,
     "deadline_exceeded": 504,

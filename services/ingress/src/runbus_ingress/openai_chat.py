@@ -26,6 +26,7 @@ from runbus.messages import (
     ChatMessage,
     Content,
     ErrorInfo,
+    OutputFormat,
     RunApprovalRequested,
     RunCompacted,
     RunCompleted,
@@ -186,6 +187,22 @@ class Completion:
         return sse.data_frame(msgspec.json.encode(chunk))
 
 
+def output_format(asked: oa.ResponseFormat | None) -> OutputFormat | None:
+    """The run's output format from `response_format` (the gateway refuses a schema that is no
+    JSON Schema: a 400 like any refused request)."""
+    match asked:
+        case None | oa.TextFormat():
+            return None
+        case oa.JsonObjectFormat():
+            return OutputFormat(name="output")
+        case oa.JsonSchemaResponseFormat(json_schema=wanted):
+            return OutputFormat(
+                name=wanted.name, schema=wanted.schema, strict=wanted.strict is not False
+            )
+        case _:
+            assert_never(asked)
+
+
 async def on_chat_completions(request: web.Request) -> web.StreamResponse:
     ingress = ingress_of(request)
     body = decode_body(await request.read(), oa.CHAT_COMPLETION_REQUEST_DECODER, "chat completion")
@@ -196,7 +213,12 @@ async def on_chat_completions(request: web.Request) -> web.StreamResponse:
     session_id = named or f"s-{uuid.uuid4().hex[:16]}"
     messages = run_input(body.messages, resumed=named is not None)
     async with ingress.client(request) as client:
-        run_id, trace_id = await client.start_traced(body.model, messages, session_id=session_id)
+        run_id, trace_id = await client.start_traced(
+            body.model,
+            messages,
+            session_id=session_id,
+            output_format=output_format(body.response_format),
+        )
         completion = Completion(body.model, run_id, session_id, trace_id)
         headers = {RUN_ID_HEADER: run_id, SESSION_HEADER: session_id}
         async with aclosing(client.follow(run_id, timeout=ingress.idle_timeout)) as events:

@@ -28,6 +28,30 @@ class StreamOptions(msgspec.Struct, frozen=True, kw_only=True):
     include_usage: bool = False
 
 
+class JsonSchemaFormat(msgspec.Struct, frozen=True, kw_only=True):
+    name: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+    schema: dict[str, Any] | None = None
+    """JSON Schema of the answer; None for any JSON object."""
+    strict: bool | None = None
+    description: str | None = None
+
+
+class TextFormat(msgspec.Struct, frozen=True, tag="text", tag_field="type"):
+    """Free text: the agent's own output format, if any."""
+
+
+class JsonObjectFormat(msgspec.Struct, frozen=True, tag="json_object", tag_field="type"):
+    """Any JSON object."""
+
+
+class JsonSchemaResponseFormat(msgspec.Struct, frozen=True, tag="json_schema", tag_field="type"):
+    json_schema: JsonSchemaFormat
+
+
+ResponseFormat = TextFormat | JsonObjectFormat | JsonSchemaResponseFormat
+"""`response_format`: OpenAI's three kinds."""
+
+
 class ChatCompletionRequest(msgspec.Struct, frozen=True, kw_only=True):
     """Body of `POST /v1/chat/completions`; sampling options (`temperature`, …) are the agent's
     to decide and are ignored."""
@@ -41,6 +65,8 @@ class ChatCompletionRequest(msgspec.Struct, frozen=True, kw_only=True):
     """Used as the session id when no `Runbus-Session-Id` header or `metadata.session_id`."""
     metadata: dict[str, str] | None = None
     n: Annotated[int, msgspec.Meta(ge=1, le=1)] = 1
+    response_format: ResponseFormat | None = None
+    """The answer's shape for this run (the agent's own otherwise)."""
 
 
 class ToolActivity(msgspec.Struct, frozen=True, kw_only=True):
