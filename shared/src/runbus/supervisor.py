@@ -1,4 +1,4 @@
-"""`runbus up`: an embedded NATS (unless RUNBUS_NATS_URL is set) and the six services as
+"""`runbus up`: an embedded NATS (unless RUNBUS_NATS_URL is set) and the seven services as
 separate processes, their logs multiplexed into JSON files, started by progress (slow is fine,
 stuck is not), all stopped on a failed start, Ctrl-C or SIGTERM."""
 

@@ -12,8 +12,8 @@ from ._common import Subparsers, connected
 def register(subparsers: Subparsers) -> None:
     for verb, decision in (("approve", "approved"), ("deny", "denied")):
         parser = subparsers.add_parser(verb, help=f"{verb} a tool call a run is waiting on")
-        parser.add_argument("run_id")
-        parser.add_argument("call_id")
+        parser.add_argument("run_id", help="the run waiting (r-…), as `runbus run` prints it")
+        parser.add_argument("call_id", help="the tool call waiting, as `runbus run` prints it")
         parser.add_argument("--note", default="", help="shown to the model with a denial")
         parser.set_defaults(handler=handle, decision=decision)
 

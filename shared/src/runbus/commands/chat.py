@@ -294,16 +294,21 @@ def trace_link(ui_url: str, trace_id: str) -> str:
 
 def register(subparsers: Subparsers) -> None:
     chat = subparsers.add_parser("chat", help="talk to an agent in the terminal")
-    chat.add_argument("--agent", default="travel")
+    chat.add_argument("--agent", default="travel", help="the agent to talk to (default travel)")
     chat.add_argument("--session", default=None, help="session id (default: a new one)")
     chat.add_argument(
         "--jaeger-url", default=None, help="Jaeger UI, for /trace links (RUNBUS_JAEGER_URL)"
     )
-    chat.add_argument("--timeout", type=float, default=300.0)
+    chat.add_argument(
+        "--timeout",
+        type=float,
+        default=300.0,
+        help="seconds to wait for a run's next event (default 300)",
+    )
     chat.set_defaults(handler=handle_chat)
 
     listing = subparsers.add_parser("todos", help="a session's todo list")
-    listing.add_argument("session")
+    listing.add_argument("session", help="the session whose todo list to show")
     listing.add_argument("--json", action="store_true", help="the stored list as JSON")
     listing.set_defaults(handler=handle_todos)
 

@@ -22,15 +22,15 @@ def register(subparsers: Subparsers) -> None:
     runs = subparsers.add_parser("runs", help="your runs: list, show, cancel, follow")
     actions = runs.add_subparsers(dest="action", required=True)
     listing = actions.add_parser("list", help="your runs, newest first")
-    listing.add_argument("--session", default=None)
-    listing.add_argument("--limit", type=int, default=20)
+    listing.add_argument("--session", default=None, help="only this session's runs")
+    listing.add_argument("--limit", type=int, default=20, help="at most this many (default 20)")
     for name, text in (
         ("show", "one run's status and result"),
         ("cancel", "cancel a run"),
         ("follow", "replay a run's events, then follow it live"),
     ):
         action = actions.add_parser(name, help=text)
-        action.add_argument("run_id")
+        action.add_argument("run_id", help="the run id (r-…)")
     actions.choices["follow"].add_argument(
         "--after", type=int, default=0, help="resume after this event sequence"
     )

@@ -11,7 +11,7 @@ from ._common import Subparsers
 
 def register(subparsers: Subparsers) -> None:
     serve = subparsers.add_parser("serve", help="run one service in the foreground")
-    serve.add_argument("service", choices=SERVICES)
+    serve.add_argument("service", choices=SERVICES, help="the service to run")
     serve.set_defaults(handler=handle)
 
 

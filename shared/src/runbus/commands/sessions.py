@@ -39,14 +39,14 @@ def register(subparsers: Subparsers) -> None:
     sessions = subparsers.add_parser("sessions", help="your sessions: list, show, export, …")
     actions = sessions.add_subparsers(dest="action", required=True)
     listing = actions.add_parser("list", help="your sessions, newest first")
-    listing.add_argument("--limit", type=int, default=50)
+    listing.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
     for name, text in (
         ("show", "one session's record"),
         ("delete", "delete a session"),
         ("export", "write a session as one JSON document"),
     ):
         action = actions.add_parser(name, help=text)
-        action.add_argument("session")
+        action.add_argument("session", help="the session id")
     imported = actions.add_parser("import", help="import a document made by export")
     imported.add_argument("file", help="path, or - for standard input")
     for action in actions.choices.values():
@@ -54,8 +54,10 @@ def register(subparsers: Subparsers) -> None:
     sessions.set_defaults(handler=handle_sessions)
 
     history = subparsers.add_parser("history", help="a session's transcript")
-    history.add_argument("session")
-    history.add_argument("--last-turns", type=int, default=None)
+    history.add_argument("session", help="the session id")
+    history.add_argument(
+        "--last-turns", type=int, default=None, help="only the last N turns (default: all)"
+    )
     history.add_argument(
         "--originals",
         action="store_true",

@@ -30,7 +30,9 @@ def register(subparsers: Subparsers) -> None:
     )
     usage.add_argument("--day", type=_day, default=None, help="UTC day (default: today)")
     usage.add_argument("--tenant", default="", help="only this tenant")
-    usage.add_argument("--timeout", type=float, default=10.0)
+    usage.add_argument(
+        "--timeout", type=float, default=10.0, help="seconds to wait for the report (default 10)"
+    )
     usage.add_argument("--json", action="store_true", help="one JSON document")
     usage.set_defaults(handler=handle)
 
