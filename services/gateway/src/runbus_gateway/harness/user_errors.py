@@ -25,6 +25,8 @@ SAFE_CODES: Final[frozenset[ErrorCode]] = frozenset(
         "dead_lettered",
         "conflict",
         "context_too_long",
+        "output_invalid",  # names what the answer lacks of the asked shape
+        "output_blocked",  # the guardrail's own message, written for users
     }
 )
 """Codes whose messages runbus writes for the caller (they name the caller's own input or
