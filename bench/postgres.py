@@ -1,7 +1,7 @@
 """A throwaway PostgreSQL server for the LangGraph + Postgres anchor: the machine's binaries
 (Debian's `postgresql` package; `make bench` installs it when absent), `initdb` into a
-temporary folder, a random loopback port, fsync on (the durable setting). Where it cannot
-start, `Unavailable` says why and the bench skips that row."""
+temporary folder, a random loopback port, fsync and synchronous_commit on (the durable
+setting). Where it cannot start, `Unavailable` says why and the bench skips that row."""
 
 import contextlib
 import glob
@@ -68,8 +68,10 @@ def server() -> Iterator[Postgres]:
             shutil.chown(root, user)
         port = free_port()
         _run_as(user, [str(bin_dir / "initdb"), "-D", str(data), "-A", "trust", "-U", "bench"])
+        # Equal durability with runbus's NATS (fsync before ack): a commit is on disk first.
         options = (
-            f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=on -c max_connections=200"
+            f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=on "
+            "-c synchronous_commit=on -c max_connections=200"
         )
         pg_ctl = [str(bin_dir / "pg_ctl"), "-D", str(data)]
         _run_as(user, [*pg_ctl, "-o", options, "-w", "-l", str(root / "log"), "start"])

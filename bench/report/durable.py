@@ -10,7 +10,7 @@ from bench.results import Results, RunCost
 ANCHORS = (
     ("langgraph_memory", "LangGraph, in-memory saver"),
     ("langgraph_sqlite", "LangGraph + SQLite"),
-    ("langgraph_postgres", "LangGraph + Postgres (fsync on)"),
+    ("langgraph_postgres", "LangGraph + Postgres (fsync, synchronous_commit on)"),
 )
 
 
@@ -88,7 +88,9 @@ def anchors_section(results: Results) -> list[str]:
         "LangGraph 1.x, its agent graph (model node, `ToolNode`, `tools_condition`), a thread "
         'per run, `durability="sync"` (each step\'s checkpoint written before the next step '
         "starts), each saver in its own process; Postgres started by the bench from the "
-        "machine's binaries with fsync on, its server CPU counted in the run's cost.",
+        "machine's binaries with fsync and synchronous_commit on, its server CPU counted in "
+        "the run's cost. runbus's NATS runs with `sync_interval: always` (every JetStream write "
+        "on disk before it is acknowledged): both sides at equal durability.",
         "",
     ]
     if anchors.langgraph_postgres_skipped:

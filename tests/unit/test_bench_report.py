@@ -244,7 +244,7 @@ def test_markdown_says_why_a_durable_target_was_missed_and_plots_are_listed() ->
         text
     )
     assert "## Missed targets: why, and what would close them" in text
-    assert "LangGraph + Postgres (fsync on)" in text
+    assert "LangGraph + Postgres (fsync, synchronous_commit on)" in text
     assert "| 35 | 31.0 / 36.0 | 1.00x | 1.00x |" in text  # CPU at 1 / 64 clients, its ratios
     assert "| 40 / 90 | 9.000 | 0.40x | 0.25x |" in text  # runbus: only 64 clients measured
     assert "| 1000 | runbus, six processes | 60.0 | 1 |" in text
