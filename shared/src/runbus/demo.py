@@ -3,6 +3,7 @@ on the embedded stack with the offline model (a rule-based stand-in, not an LLM)
 `--model local` on a real local model (SmolLM2-135M on a llama.cpp server)."""
 
 import contextlib
+import os
 import uuid
 from pathlib import Path
 from typing import Literal, TextIO
@@ -13,7 +14,7 @@ from .local_model import MODEL_NAME, LocalModelServer, router_toml
 from .messages.runs import ApprovalDecide, RunApprovalRequested, RunFailed
 from .render import EventPrinter
 from .settings import Settings
-from .supervisor import ProcessStack
+from .supervisor import ProcessStack, warm_memory_env
 
 CONVERSATION = (
     ("first", "What's the weather in Sydney?"),
@@ -63,7 +64,7 @@ async def run_demo(settings: Settings, out: TextIO, model: DemoModel = "offline"
 async def _converse(
     settings: Settings, out: TextIO, described: str, replica_env: dict[str, dict[str, str]]
 ) -> int:
-    stack = ProcessStack(settings, replica_env=replica_env)
+    stack = ProcessStack(settings, replica_env={**warm_memory_env(os.environ), **replica_env})
     url = await stack.start()
     out.write(
         f"runbus demo: embedded NATS at {url}, seven services as processes, {described}.\nLogs: "

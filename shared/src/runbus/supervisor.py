@@ -155,6 +155,18 @@ def _cpu_ticks(pid: int) -> int | None:
     return int(fields[11]) + int(fields[12])
 
 
+def warm_memory_env(
+    environ: Mapping[str, str], replicas: Mapping[str, int] | None = None
+) -> dict[str, dict[str, str]]:
+    """Per memory replica label, RUNBUS_EMBEDDER_WARM=true unless `environ` sets it: where a
+    person waits on the first search (`runbus up`, `runbus demo`), the model loads at start."""
+    if "RUNBUS_EMBEDDER_WARM" in environ:
+        return {}
+    count = (replicas or {}).get("memory", 1)
+    labels = ["memory", *(f"memory#{n}" for n in range(2, count + 1))]
+    return {label: {"RUNBUS_EMBEDDER_WARM": "true"} for label in labels}
+
+
 def examples_env(environ: Mapping[str, str]) -> dict[str, str]:
     """With the examples package installed (a development checkout, never a production image),
     the settings that serve its agents, tools and models, for each one `environ` leaves unset:

@@ -83,12 +83,14 @@ class MemoryService(Service):
         data_dir: Path | None = None,
         replicas: int = 1,
         write_ack_wait: float = ACK_WAIT,
+        warm_embedder: bool = False,
         options: ServiceOptions = DEFAULT_OPTIONS,
     ) -> None:
         """`embedder` (or `embedder_factory`, awaited at start); `store` wins (tests inject
         one), else a Qdrant server at `qdrant_url`, else the embedded shard in `data_dir`.
         `replicas`: of the writes stream; `write_ack_wait`: seconds before an unacked write
-        (its replica died) is delivered again."""
+        (its replica died) is delivered again; `warm_embedder`: load a lazy embedder's model
+        in the background at start rather than at the first search."""
         super().__init__(nc, options=options)
         if embedder is None and embedder_factory is None:
             raise TypeError("MemoryService needs an embedder or an embedder_factory")
@@ -99,6 +101,7 @@ class MemoryService(Service):
         self.data_dir = data_dir
         self.replicas = replicas
         self.write_ack_wait = write_ack_wait
+        self.warm_embedder = warm_embedder
         self._memories: Memories | None = None
         self._writes: DurableConsumer | None = None
         self._store_task: asyncio.Task[None] | None = None
@@ -120,6 +123,7 @@ class MemoryService(Service):
             qdrant_url=settings.qdrant_url,
             data_dir=settings.data_path / "qdrant",
             replicas=settings.stream_replicas,
+            warm_embedder=settings.embedder_warm,
             options=ServiceOptions(
                 tracer_provider=tracer_provider, request_timeout=settings.request_timeout
             ),
@@ -151,7 +155,7 @@ class MemoryService(Service):
                 down=self._store_down,
             )
         self._memories = Memories(self.embedder, self.store)
-        if isinstance(self.embedder, LazyEmbedder):
+        if self.warm_embedder and isinstance(self.embedder, LazyEmbedder):
             # In the background: ready at once, and the first search does not pay the load.
             self._warming = asyncio.create_task(self.embedder.warm())
         config = StreamConfig(

@@ -3,6 +3,7 @@
 import argparse
 import asyncio
 import contextlib
+import os
 import signal
 import sys
 import time
@@ -11,7 +12,7 @@ import msgspec
 
 from ..messages.progress import ServiceProgress
 from ..settings import Settings
-from ..supervisor import SERVICES, STALL_AFTER, ProcessStack, Replica
+from ..supervisor import SERVICES, STALL_AFTER, ProcessStack, Replica, warm_memory_env
 from ._common import Subparsers
 
 
@@ -81,9 +82,11 @@ def on_progress(replica: Replica, report: ServiceProgress) -> None:
 async def handle(settings: Settings, args: argparse.Namespace) -> int:
     if args.open_bus:
         settings = msgspec.structs.replace(settings, open_bus=True)
+    replicas = parse_replicas(args.replicas)
     stack = ProcessStack(
         settings,
-        replicas=parse_replicas(args.replicas),
+        replicas=replicas,
+        replica_env=warm_memory_env(os.environ, replicas),
         echo=None if args.quiet else sys.stderr,
         on_progress=on_progress,
     )
