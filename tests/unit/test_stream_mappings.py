@@ -170,7 +170,7 @@ def test_a_streamed_response_maps_every_run_event(tag: str) -> None:
 
 
 def test_a_response_whose_model_did_not_stream_still_sends_its_text_as_one_message() -> None:
-    (done,) = samples("run.completed")
+    done = samples("run.completed")[0]
     assert isinstance(done, RunCompleted)
     response = Response("travel", "r-1", "s-1")
 
