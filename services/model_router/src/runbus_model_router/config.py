@@ -109,6 +109,10 @@ class TargetConfig(_Config, frozen=True):
     """The model calls tools through the API's `tools` field. False: tools are offered through
     structured output (a JSON schema in `response_format`, which llama.cpp, vLLM and Ollama
     enforce) and the answer is turned into ordinary function calls."""
+    native_output: bool = True
+    """The API takes an output format in `response_format` (json_schema). False: it is offered
+    as a `final_result` tool whose arguments are the answer, turned back into the answer's
+    text."""
     input_price: NonNegativeFloat = 0.0
     """Price per million input tokens."""
     output_price: NonNegativeFloat = 0.0

@@ -36,7 +36,7 @@ from runbus.messages import (
 )
 from runbus.messages.model import FinishReason
 
-from . import structured_tools
+from . import output_tool, structured_tools
 from .backend_kit import estimate_usage
 from .backends import OnDelta
 from .config import BackendConfig, RouteConfigError
@@ -159,12 +159,14 @@ class OpenAIChatModel:
         config: BackendConfig,
         timeout: float,
         native_tools: bool = True,
+        native_output: bool = True,
     ) -> None:
         self.client = client
         self.model = model
         self.config = config
         self.timeout = timeout
         self.native_tools = native_tools
+        self.native_output = native_output
         self.url = client.url(model)
         # Waiting for a connection, connecting, and every read of the stream may each take
         # this long: a chunk resets it. The whole call has no limit of its own.
@@ -201,6 +203,16 @@ class OpenAIChatModel:
         return params
 
     async def complete(self, request: ModelRequest, on_delta: OnDelta) -> ModelResponse:
+        if request.response_format is None or self.native_output:
+            return await self._complete(request, on_delta)
+        called = await self._complete(output_tool.offer(request), on_delta)
+        response = output_tool.answer(request, called)
+        if response is not called:
+            # The answer came as a call's arguments: nothing of it has streamed yet.
+            await on_delta(response.message.text)
+        return response
+
+    async def _complete(self, request: ModelRequest, on_delta: OnDelta) -> ModelResponse:
         assembler = StreamAssembler()
         offered = request.tools
         # Without native tool calls the reply is JSON standing for an answer or a call: it is

@@ -124,6 +124,7 @@ class ModelRouterService(Service):
             config=backend,
             timeout=target.timeout,
             native_tools=target.native_tools,
+            native_output=target.native_output,
         )
         return Target(
             key=f"{target.backend}/{target.model}",
