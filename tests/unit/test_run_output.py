@@ -134,6 +134,23 @@ async def test_held_text_of_a_reply_with_tool_calls_is_checked_too() -> None:
     assert ports.invoked == []
 
 
+async def test_tool_calls_of_a_held_run_are_announced_as_they_happen_between_held_texts() -> None:
+    reply = ChatMessage(
+        role="assistant",
+        contents=[TextContent(text="Checking."), *asks(("get_weather", {})).contents],
+    )
+    ports = RecordingPorts([reply, said("Sunny.")])
+
+    await run(ports, agent=GUARDED)
+
+    shown = [
+        e.delta if isinstance(e, RunTextDelta) else e.__struct_config__.tag
+        for e in ports.events
+        if e.__struct_config__.tag != "run.started"
+    ]
+    assert shown == ["Checking.", "run.tool_call", "run.tool_result", "Sunny."]
+
+
 async def test_an_allowed_answer_arrives_whole_as_one_delta() -> None:
     ports = RecordingPorts([said("It is sunny in Sydney.")])
 
@@ -185,6 +202,7 @@ def test_an_output_schema_comes_inline_from_a_file_or_from_a_msgspec_type(tmp_pa
         ('[output]\nschema_file = "missing.json"\n', "missing.json"),
         ('[output]\ntype = "runbus.messages:Nothing"\n', "has no type 'Nothing'"),
         ('[output]\nguardrails = [{name = "nope"}]\n', "nope"),
+        ('[output_format]\nname = "x"\n', "declared in the [output] table"),
     ],
 )
 def test_a_bad_output_table_fails_the_agent_file(tmp_path: Path, body: str, problem: str) -> None:

@@ -266,7 +266,11 @@ def load_agents(folder: Path | None = None) -> dict[str, AgentSpec]:
         try:
             table = tomllib.loads(file.read_text())
             _check_model_settings(file, table.get("model_settings"))
-            table.pop("output_format", None)  # set from `[output]` only
+            if "output_format" in table:
+                raise GatewayConfigError(
+                    f"agent file {str(file)!r}: unknown key 'output_format'; the answer's shape "
+                    "is declared in the [output] table"
+                )
             compaction = CompactionPolicy.from_table(table.pop("compaction", {}))
             agent = msgspec.convert(table, AgentSpec)
             agent = msgspec.structs.replace(agent, compaction=compaction)
