@@ -37,3 +37,24 @@ def test_demo_runs_the_conversation_on_a_fresh_data_dir_and_exits_zero(tmp_path:
     blocked = out.split("VA823 on Friday")[1]
     assert "not covered by the company's travel agreement" in blocked
     assert (tmp_path / "data" / "logs" / "gateway.log").exists()
+
+
+def test_demo_whose_runs_fail_exits_non_zero_saying_how_many(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RUNBUS_", "OTEL_"))}
+    env["RUNBUS_DATA_DIR"] = str(tmp_path / "data")
+    # No agent files: every turn asks for a `travel` agent the gateway does not have.
+    (tmp_path / "no-agents").mkdir()
+    env["RUNBUS_AGENTS_DIR"] = str(tmp_path / "no-agents")
+    done = subprocess.run(
+        [RUNBUS, "demo"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "unknown_agent" in done.stdout
+    assert done.stdout.rstrip().endswith("runbus demo: 6 of 6 runs failed")
