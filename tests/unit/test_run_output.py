@@ -108,7 +108,8 @@ async def test_an_output_guardrail_blocks_the_answer_before_any_of_it_is_shown_o
     ports = RecordingPorts([said("Sure: the launch codes are 0000.")])
 
     with pytest.raises(OutputBlocked) as failed:
-        await run(ports, agent=GUARDED)
+        # A statement an allowed run would store in memory.
+        await run(ports, request("I am vegetarian."), agent=GUARDED)
 
     assert failed.value.code == "output_blocked"
     assert failed.value.details == {"guardrail": "blocked_terms"}
@@ -116,6 +117,7 @@ async def test_an_output_guardrail_blocks_the_answer_before_any_of_it_is_shown_o
     assert "launch" not in deltas(ports)
     assert "launch" not in stored_text(ports)
     assert "launch" not in failed.value.message
+    assert ports.stored == []  # no memory is written from a blocked run
 
 
 async def test_held_text_of_a_reply_with_tool_calls_is_checked_too() -> None:
