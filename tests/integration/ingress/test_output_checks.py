@@ -191,6 +191,19 @@ async def test_the_openai_sdk_gets_json_of_its_response_format_and_refusals_are_
     assert len(served.model.requests) == 2 + 1 + 2
 
 
+async def test_the_responses_api_honours_text_format(served: Served) -> None:
+    async with AsyncOpenAI(base_url=f"{served.base}/v1", api_key="dev-alice", max_retries=0) as sdk:
+        response = await sdk.responses.create(
+            model="plain",
+            input="Plan Kyoto",
+            text={"format": {"type": "json_schema", "name": "trip", "schema": TRIP}},
+        )
+
+    assert json.loads(response.output_text) == {"city": "Kyoto", "days": 2}
+    assert served.model.requests[0].response_format is not None
+    assert served.model.requests[0].response_format.schema == TRIP
+
+
 async def test_a_schema_that_is_no_json_schema_is_a_400(served: Served) -> None:
     body = {
         "model": "plain",

@@ -21,6 +21,7 @@ from runbus.messages import (
     ChatMessage,
     Content,
     ErrorInfo,
+    OutputFormat,
     RunApprovalRequested,
     RunCompacted,
     RunCompleted,
@@ -34,6 +35,7 @@ from runbus.messages import (
 )
 from runbus.messages.runs import RunGet
 
+from . import openai_wire as oa
 from . import sse
 from .context import (
     RUN_ID_HEADER,
@@ -61,6 +63,19 @@ class InputMessage(msgspec.Struct, frozen=True, kw_only=True):
     type: Literal["message"] = "message"
 
 
+class JsonSchemaTextFormat(msgspec.Struct, frozen=True, tag="json_schema", tag_field="type"):
+    """`text.format` of the Responses API: the chat API's `json_schema`, flattened."""
+
+    name: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+    schema: dict[str, Any] | None = None
+    strict: bool | None = None
+    description: str | None = None
+
+
+class ResponseText(msgspec.Struct, frozen=True, kw_only=True):
+    format: oa.TextFormat | oa.JsonObjectFormat | JsonSchemaTextFormat | None = None
+
+
 class ResponseRequest(msgspec.Struct, frozen=True, kw_only=True):
     """Body of `POST /v1/responses` (the subset runbus answers)."""
 
@@ -73,6 +88,18 @@ class ResponseRequest(msgspec.Struct, frozen=True, kw_only=True):
     """Answer with the Responses API's server-sent events instead of one JSON response."""
     metadata: dict[str, str] | None = None
     user: str | None = None
+    text: ResponseText | None = None
+    """`text.format`: the answer's shape for this run, as `response_format` on the chat API."""
+
+
+def _output_format(body: ResponseRequest) -> OutputFormat | None:
+    match body.text.format if body.text else None:
+        case JsonSchemaTextFormat(name=name, schema=schema, strict=strict):
+            return OutputFormat(name=name, schema=schema, strict=strict is not False)
+        case oa.JsonObjectFormat():
+            return OutputFormat()
+        case _:
+            return None
 
 
 _DECODER = msgspec.json.Decoder(ResponseRequest)
@@ -289,7 +316,13 @@ async def on_create_response(request: web.Request) -> web.StreamResponse:
         run_id = f"r-{uuid.uuid4().hex[:16]}"
         headers = {RUN_ID_HEADER: run_id, SESSION_HEADER: session_id}
         response = Response(agent, run_id, session_id, body.metadata)
-        await client.start_traced(agent, [message], session_id=session_id, run_id=run_id)
+        await client.start_traced(
+            agent,
+            [message],
+            session_id=session_id,
+            run_id=run_id,
+            output_format=_output_format(body),
+        )
         async with aclosing(client.follow(run_id, timeout=ingress.idle_timeout)) as events:
             if not body.stream:
                 return await _whole(response, events, headers)
