@@ -29,11 +29,11 @@ setup: uv ## Create .venv with every package and dev tool, exactly as uv.lock sa
 	$(UV) sync --locked
 
 .PHONY: run
-run: setup ## Run the demo: embedded NATS and the six services, one short conversation
+run: setup ## Run the demo: embedded NATS and the seven services, one short conversation
 	$(UV_RUN) runbus demo
 
 .PHONY: up-local
-up-local: setup ## Start the stack here without docker: embedded NATS + the six services, until Ctrl-C
+up-local: setup ## Start the stack here without docker: embedded NATS + the seven services, until Ctrl-C
 	$(UV_RUN) runbus up
 
 FAST = not (chaos or e2e or subprocess or slow or browser or real_model)

@@ -554,8 +554,11 @@ def test_the_ingress_deployment_serves_http_behind_a_service_with_health_probes(
     assert not container.get("volumeMounts", []) or all(
         "nats" not in mount["name"] for mount in container["volumeMounts"]
     )
-    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+    for probe in ("startupProbe", "readinessProbe"):
         assert container[probe]["httpGet"] == {"path": "/healthz", "port": port["name"]}
+    # Alive is not ready: /healthz answers 503 while the bus is unreachable, and a NATS
+    # outage must not restart every ingress pod.
+    assert container["livenessProbe"]["httpGet"] == {"path": "/openapi.json", "port": port["name"]}
     assert {"cpu", "memory"} <= set(container["resources"]["limits"])
     labels = deployment["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["selector"].items() <= labels.items()
