@@ -13,7 +13,7 @@ import msgspec
 import nats
 import pytest
 from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
-from a2a.types import Message, Part, Role, SendMessageRequest
+from a2a.types import GetTaskRequest, Message, Part, Role, SendMessageRequest
 from google.protobuf import json_format
 from nats.aio.client import Client as NATS
 from openai import AsyncOpenAI, InternalServerError, UnprocessableEntityError
@@ -228,11 +228,14 @@ async def test_a2a_returns_the_structured_output_as_a_data_part(served: Served) 
         client = ClientFactory(ClientConfig(httpx_client=http, streaming=False)).create(card)
         sent = Message(message_id="m-plan", role=Role.ROLE_USER, parts=[Part(text="Plan Kyoto")])
         responses = [r async for r in client.send_message(SendMessageRequest(message=sent))]
+        read = await client.get_task(GetTaskRequest(id=responses[0].task.id))
 
     (artifact,) = responses[0].task.artifacts
     parts = [json_format.MessageToDict(p) for p in artifact.parts]
     assert json.loads(parts[0]["text"]) == {"city": "Kyoto", "days": 2}
     assert parts[1]["data"] == {"city": "Kyoto", "days": 2}
+    (kept,) = read.artifacts
+    assert json_format.MessageToDict(kept.parts[1])["data"] == {"city": "Kyoto", "days": 2}
 
 
 def _data_parts(value: Any) -> list[Any]:

@@ -42,7 +42,7 @@ class RunBook:
         """The final event, then the record; both stored before the request is acked."""
         await RunEvents(self.ports, ctx).completed(done)
         await self.ports.settle(ctx)
-        await self.records.set_status(record, "completed", text=done.text)
+        await self.records.set_status(record, "completed", text=done.text, output=done.output)
 
     async def failed(
         self,

@@ -257,7 +257,7 @@ def task_of_record(record: RunRecord) -> Task:
     if record.error is not None and state in TERMINAL:
         task.status.message.CopyFrom(error_message(record.run_id, record.session_id, record.error))
     if record.status == "completed":
-        task.artifacts.append(answer(record.text or ""))
+        task.artifacts.append(answer(record.text or "", record.output))
     about: dict[str, str | int] = {"agent": record.agent, "attempts": record.attempts}
     if record.trace_id:
         about["trace_id"] = record.trace_id

@@ -136,6 +136,8 @@ class RunRecord(Record, frozen=True):
     """Final answer, once completed."""
     error: ErrorInfo | None = None
     """Why it failed or was cancelled."""
+    output: Any = None
+    """The parsed answer of a run with an output format, once completed (`RunCompleted`)."""
     trace_id: str = ""
     """The trace the run is recorded in (32 hex digits, as Jaeger shows it): the one its request
     carried, else one the gateway started; "" from a gateway that did not record it."""
