@@ -38,6 +38,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     open_bus: bool = False
     """`runbus up`: an embedded NATS with no authentication at all, for hacking only (any
     local process can then act as any user); warns at every start."""
+    nats_sync: Literal["always", "lazy"] = "always"
+    """When every NATS runbus starts writes JetStream data to disk: before each acknowledgement
+    (`always`), or lazily (`lazy`: acknowledged writes can be lost in a machine crash; warned
+    at every start). Read where the server config is made (`runbus.busauth.nats_sync`)."""
     data_dir: str = ".runbus"
     """Where embedded state lives: JetStream store, embedded Qdrant, logs."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
