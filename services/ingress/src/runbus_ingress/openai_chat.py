@@ -42,6 +42,7 @@ from runbus.messages.runs import AgentList
 
 from . import openai_wire as oa
 from . import sse
+from .client_tools import refuse_client_tools
 from .context import (
     RUN_ID_HEADER,
     checked_identifier,
@@ -207,6 +208,7 @@ async def on_chat_completions(request: web.Request) -> web.StreamResponse:
     ingress = ingress_of(request)
     body = decode_body(await request.read(), oa.CHAT_COMPLETION_REQUEST_DECODER, "chat completion")
     checked_identifier(body.model, "model")
+    refuse_client_tools(body.model, "tools", [t.function.name for t in body.tools or []])
     named = session_of(request, body)
     if named is not None:
         checked_identifier(named, "session id")

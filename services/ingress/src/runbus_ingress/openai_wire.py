@@ -52,6 +52,20 @@ ResponseFormat = TextFormat | JsonObjectFormat | JsonSchemaResponseFormat
 """`response_format`: OpenAI's three kinds."""
 
 
+class FunctionTool(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class ChatTool(msgspec.Struct, frozen=True, kw_only=True):
+    """One of `tools`: a function of the client's own, for the model to call."""
+
+    type: Literal["function"] = "function"
+    function: FunctionTool
+
+
 class ChatCompletionRequest(msgspec.Struct, frozen=True, kw_only=True):
     """Body of `POST /v1/chat/completions`; sampling options (`temperature`, …) are the agent's
     to decide and are ignored."""
@@ -67,6 +81,9 @@ class ChatCompletionRequest(msgspec.Struct, frozen=True, kw_only=True):
     n: Annotated[int, msgspec.Meta(ge=1, le=1)] = 1
     response_format: ResponseFormat | None = None
     """The answer's shape for this run (the agent's own otherwise)."""
+    tools: list[ChatTool] | None = None
+    """The client's own tools: read so that a request bringing any is refused, never run
+    as if they had been offered (`client_tools.py`)."""
 
 
 class ToolActivity(msgspec.Struct, frozen=True, kw_only=True):
