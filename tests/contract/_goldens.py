@@ -39,6 +39,8 @@ DECODERS: Final[dict[str, msgspec.json.Decoder[Any]]] = {
     "agents.listed": ops.API_AGENTS_LIST.decode_reply,
     "approvals.decide": ops.API_APPROVALS_DECIDE.decode,
     "approvals.decided": ops.API_APPROVALS_DECIDE.decode_reply,
+    "client_tools.answer": ops.API_CLIENT_TOOLS_ANSWER.decode,
+    "client_tools.answered": ops.API_CLIENT_TOOLS_ANSWER.decode_reply,
     "runs.get": ops.API_RUNS_GET.decode,
     "runs.info": ops.API_RUNS_GET.decode_reply,
     "runs.list": ops.API_RUNS_LIST.decode,

@@ -257,6 +257,11 @@ class RecordingPorts:
     ) -> ApprovalGrant:
         raise AssertionError("no tool in these tests needs approval")
 
+    async def await_client(
+        self, ctx: RunContext, call: FunctionCallContent
+    ) -> FunctionResultContent:
+        raise AssertionError("no run in these tests brings client tools")
+
     async def append_history(
         self,
         ctx: RunContext,

@@ -16,7 +16,7 @@ the start (or after a sequence it saw) with no gap and no duplicate, then follow
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextlib import aclosing, asynccontextmanager
 from typing import Any, Final, TypeVar
 
@@ -50,6 +50,7 @@ from .messages import (
     RunFailed,
     RunRequest,
     TextContent,
+    ToolSpec,
     encode,
 )
 from .messages.auth import Identity, WhoAmI
@@ -144,9 +145,11 @@ class RunbusClient:
         session_id: str,
         run_id: str | None = None,
         output_format: OutputFormat | None = None,
+        client_tools: Sequence[ToolSpec] = (),
     ) -> str:
         """Publish a run request and return its run id (without waiting for it).
-        `output_format`: the shape this run's answer must have, in place of the agent's."""
+        `output_format`: the shape this run's answer must have, in place of the agent's;
+        `client_tools`: the caller's own tools (`RunRequest.client_tools`)."""
         run_id = run_id or new_run_id()
         messages = (
             [ChatMessage(role="user", contents=[TextContent(text=message)])]
@@ -161,6 +164,7 @@ class RunbusClient:
             session_id=session_id,
             input=messages,
             output_format=output_format,
+            client_tools=list(client_tools),
         )
         data = encode(request)
         subject = subjects.runs(agent)
@@ -203,6 +207,7 @@ class RunbusClient:
         session_id: str,
         run_id: str | None = None,
         output_format: OutputFormat | None = None,
+        client_tools: Sequence[ToolSpec] = (),
     ) -> tuple[str, str]:
         """Like `start`, and also return the run's trace id (32 hex digits, as Jaeger shows it).
 
@@ -231,6 +236,7 @@ class RunbusClient:
                     session_id=session_id,
                     run_id=run_id,
                     output_format=output_format,
+                    client_tools=client_tools,
                 )
         finally:
             if owned:

@@ -31,6 +31,8 @@ from .messages.runs import (
     AgentListed,
     ApprovalDecide,
     ApprovalDecided,
+    ClientToolAnswer,
+    ClientToolAnswered,
     RunCancel,
     RunGet,
     RunInfo,
@@ -155,6 +157,7 @@ API_RUNS_GET: Final = _api("runs.get", RunGet, RunInfo)
 API_RUNS_LIST: Final = _api("runs.list", RunList, RunListed)
 API_RUNS_CANCEL: Final = _api("runs.cancel", RunCancel, RunInfo)
 API_APPROVALS_DECIDE: Final = _api("approvals.decide", ApprovalDecide, ApprovalDecided)
+API_CLIENT_TOOLS_ANSWER: Final = _api("client_tools.answer", ClientToolAnswer, ClientToolAnswered)
 API_AGENTS_LIST: Final = _api("agents.list", AgentList, AgentListed)
 
 FORWARDED: Final[tuple[Op[Any, Any], ...]] = (
@@ -207,6 +210,7 @@ ALL: Final[tuple[Op[Any, Any] | NamedOp[Any, Any], ...]] = (
     API_RUNS_LIST,
     API_RUNS_CANCEL,
     API_APPROVALS_DECIDE,
+    API_CLIENT_TOOLS_ANSWER,
     API_AGENTS_LIST,
 )
 """Every operation, for checks that nothing answers or sends outside this list."""

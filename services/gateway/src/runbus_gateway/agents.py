@@ -198,6 +198,10 @@ class AgentSpec(
     description: str = ""
     tools: list[str] = []
     """Tools the model may call; anything else it asks for is refused."""
+    client_tools: bool = False
+    """Whether a run may bring the caller's own tools (OpenAI `tools`, AG-UI frontend tools):
+    the model may call them, and the run waits for the caller's answer. Off: a request with
+    any is refused (`unsupported_request`), never run as if they were not there."""
     max_iterations: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 40
     """Model calls per run at most."""
     max_consecutive_tool_errors: Annotated[int, msgspec.Meta(ge=1)] = 5

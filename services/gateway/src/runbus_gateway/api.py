@@ -18,6 +18,7 @@ from runbus import ops, subjects
 from runbus.bus import Bus
 from runbus.decoding import decode_untrusted
 from runbus.errors import NotFound, RunbusError
+from runbus.messages import FunctionResultContent
 from runbus.messages.runs import (
     RUN_REQUEST_DECODER,
     AgentList,
@@ -25,6 +26,8 @@ from runbus.messages.runs import (
     AgentSummary,
     ApprovalDecide,
     ApprovalDecided,
+    ClientToolAnswer,
+    ClientToolAnswered,
     RunCancel,
     RunGet,
     RunInfo,
@@ -32,11 +35,13 @@ from runbus.messages.runs import (
     RunListed,
     RunRecord,
 )
+from runbus.owners import Owner
 from runbus.service import RAW_DECODER, Endpoint
 from runbus.tokens import Principal, TokenVerifier
 
 from .agents import AgentSpec
 from .approvals import Approvals
+from .client_calls import ClientCalls
 from .runs import RunRecords, now
 
 log = structlog.get_logger()
@@ -65,6 +70,7 @@ class ClientApi:
         self.verifier = verifier
         self.records = records
         self.approvals = approvals
+        self.client_calls = ClientCalls(approvals.bucket.kv)
 
     def endpoints(self) -> list[Endpoint]:
         return [
@@ -72,6 +78,7 @@ class ClientApi:
             Endpoint.for_op(ops.API_RUNS_LIST, self.on_run_list),
             Endpoint.for_op(ops.API_RUNS_CANCEL, self.on_run_cancel),
             Endpoint.for_op(ops.API_APPROVALS_DECIDE, self.on_approval_decide),
+            Endpoint.for_op(ops.API_CLIENT_TOOLS_ANSWER, self.on_client_tool_answer),
             Endpoint.for_op(ops.API_AGENTS_LIST, self.on_agent_list),
             *(Endpoint.forwarder(op, self._forwarder(op)) for op in ops.FORWARDED),
         ]
@@ -217,3 +224,16 @@ class ClientApi:
             approver=principal.user_id,
         )
         return ApprovalDecided(run_id=request.run_id, call_id=request.call_id, decision=decision)
+
+    async def on_client_tool_answer(
+        self, ctx: h.RunContext, request: ClientToolAnswer
+    ) -> ClientToolAnswered:
+        """The caller answers a call of its own tools its run waits on; the first answer wins."""
+        principal = self._principal(ctx)
+        result = FunctionResultContent(
+            call_id=request.call_id, result=request.result, error=request.error
+        )
+        owner = Owner(principal.tenant, principal.user_id)
+        await self.client_calls.answer(request.run_id, request.call_id, owner, result)
+        log.info("client_tool_answered", run_id=request.run_id, call_id=request.call_id)
+        return ClientToolAnswered(run_id=request.run_id, call_id=request.call_id)

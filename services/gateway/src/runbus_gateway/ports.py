@@ -14,6 +14,7 @@ from runbus.messages import (
     ChatMessage,
     CompactRequest,
     FunctionCallContent,
+    FunctionResultContent,
     HistoryAppend,
     MemoryHit,
     MemorySearch,
@@ -42,11 +43,13 @@ from runbus.messages.tools import (
     ApprovalRequest,
     ToolInvoked,
 )
+from runbus.owners import Owner
 from runbus.telemetry import inject, messaging_attributes
 
 from .agents import CompactionPolicy, MemoryPolicy
 from .approvals import Approvals
 from .catalog import ToolCatalogCache
+from .client_calls import ClientCalls
 from .event_stream import EventStream
 from .history_writes import store_checkpoint, store_compaction
 from .tool_calls import invoke_tool
@@ -60,6 +63,7 @@ class BusPorts:
     def __init__(self, bus: Bus, approvals: Approvals) -> None:
         self.bus = bus
         self.approvals = approvals
+        self.client_calls = ClientCalls(approvals.bucket.kv)
         self.catalog = ToolCatalogCache()
         self.events = EventStream(bus)
 
@@ -186,6 +190,11 @@ class BusPorts:
             request,
             announce=announce,
         )
+
+    async def await_client(
+        self, ctx: RunContext, call: FunctionCallContent
+    ) -> FunctionResultContent:
+        return await self.client_calls.wait(ctx.run_id, Owner.of(ctx), call)
 
     async def append_history(
         self,

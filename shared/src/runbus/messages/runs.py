@@ -11,7 +11,7 @@ from .chat import ChatMessage, Usage
 from .compaction import CompactionReport
 from .contents import FunctionCallContent, FunctionResultContent
 from .errors import ErrorInfo
-from .model import OutputFormat
+from .model import OutputFormat, ToolSpec
 
 
 class RunRequest(Message, frozen=True, tag="run.request"):
@@ -26,6 +26,10 @@ class RunRequest(Message, frozen=True, tag="run.request"):
     output_format: OutputFormat | None = None
     """The shape this run's answer must have, in place of the agent's own (`[output]`); None
     for the agent's."""
+    client_tools: list[ToolSpec] = []
+    """The caller's own tools, offered to the model besides the agent's: a call of one pauses
+    the run until the caller answers it (`client_tools.answer`). Only an agent with
+    `client_tools = true` takes them; names must be safe and not the agent's own."""
 
 
 class RunStarted(Message, frozen=True, tag="run.started"):
@@ -54,6 +58,12 @@ class RunToolCall(Message, frozen=True, tag="run.tool_call"):
     """The run."""
     call: FunctionCallContent
     """The call the model asked for."""
+    client: bool = False
+    """The call is one of the caller's `client_tools`: it goes to the caller, and the run waits
+    for the answer (`client_tools.answer`)."""
+    client_calls: int = 0
+    """How many calls of this step go to the caller (on each of the step's calls): a follower
+    knows it has them all once it has seen that many."""
 
 
 class RunToolResult(Message, frozen=True, tag="run.tool_result"):
@@ -183,6 +193,24 @@ class ApprovalDecided(Message, frozen=True, tag="approvals.decided"):
     """The call."""
     decision: Literal["approved", "denied", "expired"]
     """What stands: the first decision wins."""
+
+
+class ClientToolAnswer(Message, frozen=True, tag="client_tools.answer"):
+    run_id: Identifier
+    """Run waiting on the call (only its owner may answer)."""
+    call_id: str
+    """The call, as in `run.tool_call` (with `client` set)."""
+    result: Any = None
+    """What the caller's tool returned (text, or any JSON value)."""
+    error: Annotated[str, msgspec.Meta(max_length=4096)] | None = None
+    """Set instead of a result when the caller's tool failed."""
+
+
+class ClientToolAnswered(Message, frozen=True, tag="client_tools.answered"):
+    run_id: str
+    """The run, now going on with the answer."""
+    call_id: str
+    """The call answered."""
 
 
 class RunCancel(Message, frozen=True, tag="runs.cancel"):

@@ -51,9 +51,18 @@ class RunEvents:
         event = RunCompacted(run_id=self.run_id, step=step, report=report)
         await self.port.emit(self.ctx, event, event_id=f"compacted-{step}")
 
-    async def tool_calls(self, calls: list[FunctionCallContent]) -> None:
+    async def tool_calls(
+        self, calls: list[FunctionCallContent], client: set[str] | None = None
+    ) -> None:
+        """`client`: ids of the calls that go to the client (`RunToolCall.client`)."""
+        client = client or set()
         for call in calls:
-            event = RunToolCall(run_id=self.run_id, call=call)
+            event = RunToolCall(
+                run_id=self.run_id,
+                call=call,
+                client=call.call_id in client,
+                client_calls=len(client),
+            )
             await self.port.emit(self.ctx, event, event_id=f"call-{call.call_id}")
 
     async def tool_results(self, results: list[FunctionResultContent]) -> None:

@@ -44,7 +44,9 @@ async def execute_run(
     checkpoints = Checkpointer(ports, ctx)
     state: RunState | None = None
     try:
-        run, state = await start(agent, ctx, ports, events, inputs, checkpoints, on_waiting)
+        run, state = await start(
+            agent, ctx, ports, events, inputs, checkpoints, on_waiting, request.client_tools
+        )
         usage = await run_steps(run, state)
     except BaseException:
         await release(checkpoints, state)

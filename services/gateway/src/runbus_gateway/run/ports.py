@@ -8,6 +8,7 @@ from runbus.headers import RunContext
 from runbus.messages import (
     ChatMessage,
     FunctionCallContent,
+    FunctionResultContent,
     MemoryHit,
     ModelResponse,
     ModelSettings,
@@ -76,6 +77,13 @@ class RunPorts(StatePort, Protocol):
     ) -> ApprovalGrant:
         """Record the request, then `announce` it, then wait for the decision: announced
         first, a person could decide before there was anything to decide."""
+        ...
+
+    async def await_client(
+        self, ctx: RunContext, call: FunctionCallContent
+    ) -> FunctionResultContent:
+        """Record a call of the client's own tools (once), then wait for the client's answer
+        (`client_tools.answer`)."""
         ...
 
     async def append_history(

@@ -2,14 +2,17 @@
 ready; then the run's state — a new run's, or where a redelivered one stood."""
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from runbus.errors import RemoteError
 from runbus.headers import RunContext
 from runbus.messages import ChatMessage, ToolSpec
+from runbus.messages.memory import MEMORY_SEARCH_TOOL
 from runbus.messages.sessions import SessionOpened
 
 from ..agents import AgentSpec
+from ..client_calls import check_client_tools
 from ..harness.runtime import Harness
 from ..harness.state import SessionState
 from .checkpoints import Checkpointer
@@ -25,7 +28,14 @@ from .events import RunEvents
 from .ports import RunPorts
 from .state import Context, RunState
 from .tools import Toolsets
-from .toolsets import Approving, CatalogTools, HarnessTools, MemorySearchTool, OnWaiting
+from .toolsets import (
+    Approving,
+    CatalogTools,
+    ClientTools,
+    HarnessTools,
+    MemorySearchTool,
+    OnWaiting,
+)
 
 
 @dataclass
@@ -53,11 +63,14 @@ async def start(
     inputs: list[ChatMessage],
     checkpoints: Checkpointer,
     on_waiting: OnWaiting | None,
+    client_tools: Sequence[ToolSpec] = (),
 ) -> tuple[Run, RunState]:
     """Open the session while the providers give the run's starting context and the toolsets
     their tools, then load the state: the prompt is the instructions, recalled memory, the
     history, notices, the input, and whatever this run already produced."""
     harness = agent.runtime
+    own = [*agent.tools, MEMORY_SEARCH_TOOL.name, *(t.name for t in harness.tools)]
+    check_client_tools(agent.name, agent.client_tools, own, client_tools)
     opening = asyncio.ensure_future(_open_session(ports, ctx, agent))
     session = asyncio.ensure_future(_state_of(ports, ctx, opening))
     waiting: set[str] = set()
@@ -70,6 +83,7 @@ async def start(
             approving(CatalogTools(ports, ctx, agent.tools)),
             *([approving(MemorySearchTool(ports, ctx))] if agent.memory.offers_tool else []),
             HarnessTools(harness, session),
+            *([ClientTools(client_tools, ports, ctx, waiting, on_waiting)] if client_tools else []),
         ],
         waiting,
     )

@@ -10,7 +10,7 @@ import msgspec
 from runbus.messages import FunctionCallContent, FunctionResultContent, ToolSpec
 from runbus.messages.tools import ToolInvoked
 
-from .toolsets import Toolset
+from .toolsets import ClientTools, Toolset
 
 TERMINATED_ERROR: Final = "not executed: the tool loop was terminated"
 UNWIND_WITHIN: Final = 5.0
@@ -32,6 +32,10 @@ class Toolsets:
 
     def find(self, name: str) -> Toolset | None:
         return next((t for t in self.toolsets if t.handles(name)), None)
+
+    def for_client(self, calls: Sequence[FunctionCallContent]) -> set[str]:
+        """Ids of the calls that go to the client (its own tools, `ClientTools`)."""
+        return {c.call_id for c in calls if isinstance(self.find(c.name), ClientTools)}
 
     def urgent(self, calls: Sequence[FunctionCallContent]) -> bool:
         """Whether the results of `calls` must be stored at once (`Toolset.urgent`)."""

@@ -1,7 +1,8 @@
 """Toolsets: where the tools a run may call come from, each behind one shape — the specs it
 offers, whether it handles a name, and a call. The tool executor's catalogue and the
 `memory_search` tool are called over the bus, behind the approval wrapper; the harness's todo
-and mode tools run here. A new tool source is a new `Toolset`, registered in `start`."""
+and mode tools run here; the client's own tools go to the client, and the run waits for its
+answer. A new tool source is a new `Toolset`, registered in `start`."""
 
 import asyncio
 import re
@@ -154,3 +155,46 @@ class HarnessTools:
     async def call(self, call: FunctionCallContent, *, first_send: bool) -> ToolInvoked:
         state = await self.session
         return ToolInvoked(result=await self.harness.call_tool(state, call), untrusted=False)
+
+
+class ClientTools:
+    """The caller's own tools (`RunRequest.client_tools`): a call goes to the caller — it reads
+    it in the run's events — and the run waits, its slot lent out, until the caller answers
+    (`client_tools.answer`). The wait is durable: the call was checkpointed before it was
+    made, and its record keeps the answer for a redelivered run."""
+
+    urgent = False
+
+    def __init__(
+        self,
+        specs: Sequence[ToolSpec],
+        ports: RunPorts,
+        ctx: RunContext,
+        waiting: set[str],
+        on_waiting: OnWaiting | None,
+    ) -> None:
+        self.specs = list(specs)
+        self.names = {spec.name for spec in specs}
+        self.ports = ports
+        self.ctx = ctx
+        self.waiting = waiting
+        self.on_waiting = on_waiting
+
+    async def tools(self) -> list[ToolSpec]:
+        return self.specs
+
+    def handles(self, name: str) -> bool:
+        return name in self.names
+
+    async def call(self, call: FunctionCallContent, *, first_send: bool) -> ToolInvoked:
+        self.waiting.add(call.call_id)
+        if self.on_waiting is not None:
+            await self.on_waiting(True)
+        try:
+            result = await self.ports.await_client(self.ctx, call)
+        finally:
+            if self.on_waiting is not None:
+                await self.on_waiting(False)
+            self.waiting.discard(call.call_id)
+        # The client's output is data from outside, like any tool's (`untrusted`).
+        return ToolInvoked(result=result)

@@ -1,0 +1,170 @@
+"""Calls of the client's own tools a run waits on, one KV record per call under the run's owner
+(in the approvals bucket, as `<tenant>.<user_id>.<run_id>.client.<digest of call id>`): an answer
+sent by anyone else looks up a key that does not exist.
+
+The run records the call (`pending`) and waits on its key; `client_tools.answer` writes the
+result with compare-and-set from `pending`, so one answer wins on every replica. The record
+outlives the gateway: a run redelivered after a restart finds its call checkpointed in history,
+then here the answer (or the call still pending) and goes on from there — the client's tool is
+never asked twice.
+"""
+
+import contextlib
+import re
+import time
+from collections.abc import Collection, Sequence
+from typing import Final, Literal
+
+import msgspec
+from nats.js.kv import KeyValue
+
+from runbus.errors import BadRequest, Conflict, NotFound
+from runbus.jetstream import next_update
+from runbus.kv import TypedBucket
+from runbus.messages import FunctionCallContent, FunctionResultContent, ToolSpec
+from runbus.owners import Owner, digest
+
+ANSWER_WITHIN: Final = 3600.0
+"""Seconds a run waits for the client's answer before the model is told there was none."""
+POLL: Final = 0.5
+"""Seconds between checks of a pending record, on top of the watch."""
+NO_ANSWER: Final = "the client did not answer this call in time; its tool did not report"
+
+MAX_TOOLS: Final = 32
+"""Client tools one run may bring."""
+MAX_SPEC_BYTES: Final = 16 * 1024
+"""Size of one client tool's encoded spec (its JSON Schema mostly) at most."""
+SAFE_NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+Status = Literal["pending", "answered", "withdrawn"]
+
+
+class ClientToolsRefused(BadRequest):
+    """The run brings client tools and its agent does not take any (`client_tools = false`)."""
+
+    def __init__(self, agent: str, names: list[str]) -> None:
+        shown = ", ".join(repr(n[:64]) for n in names[:5]) + (", …" if len(names) > 5 else "")
+        super().__init__(
+            f"agent {agent!r} does not accept the client's own tools ({shown}); it runs only "
+            "its own tools: send the request without them",
+            details={"param": "tools"},
+        )
+        self.agent = agent
+        self.names = names
+
+
+def check_client_tools(
+    agent: str, allowed: bool, own: Collection[str], specs: Sequence[ToolSpec]
+) -> None:
+    """Refuse client tools the agent does not take, too many, an unsafe or duplicate name, a
+    name of the agent's own tools, or a spec too large."""
+    if not specs:
+        return
+    names = [spec.name for spec in specs]
+    if not allowed:
+        raise ClientToolsRefused(agent, names)
+    if len(specs) > MAX_TOOLS:
+        raise BadRequest(f"at most {MAX_TOOLS} client tools per run, not {len(specs)}")
+    for spec in specs:
+        if SAFE_NAME.fullmatch(spec.name) is None:
+            raise BadRequest(f"client tool name {spec.name[:80]!r} is not [A-Za-z0-9_-]{{1,64}}")
+        if len(msgspec.json.encode(spec)) > MAX_SPEC_BYTES:
+            raise BadRequest(f"client tool {spec.name!r} is larger than {MAX_SPEC_BYTES} bytes")
+    if len(set(names)) != len(names):
+        raise BadRequest("client tool names must be distinct")
+    if clash := sorted(set(names) & set(own)):
+        raise BadRequest(f"client tools {clash!r} have the names of the agent's own tools")
+
+
+class ClientCallRecord(msgspec.Struct, frozen=True, kw_only=True):
+    run_id: str
+    call_id: str
+    tenant: str
+    user_id: str
+    """Owner of the run: the one person who may answer."""
+    call: FunctionCallContent
+    """The call as the model made it, for the client that follows the run late."""
+    expires_at: float
+    """Seconds since the epoch after which the run goes on without an answer."""
+    status: Status = "pending"
+    result: FunctionResultContent | None = None
+    """The client's answer, once `answered` (or the "no answer" error once `withdrawn`)."""
+
+
+class AlreadyAnswered(Conflict):
+    def __init__(self, call_id: str, status: str) -> None:
+        super().__init__(f"call {call_id!r} was already {status}")
+        self.call_id = call_id
+        self.status = status
+
+
+_DECODER = msgspec.json.Decoder(ClientCallRecord)
+
+
+def client_call_key(owner: Owner, run_id: str, call_id: str) -> str:
+    return owner.key(run_id, "client", digest(call_id))
+
+
+class ClientCalls:
+    def __init__(self, kv: KeyValue) -> None:
+        self.bucket = TypedBucket(kv, _DECODER)
+
+    async def wait(
+        self, run_id: str, owner: Owner, call: FunctionCallContent
+    ) -> FunctionResultContent:
+        """Record the call (once: a redelivered run finds it) and wait for its answer."""
+        key = client_call_key(owner, run_id, call.call_id)
+        if await self.bucket.get(key) is None:
+            record = ClientCallRecord(
+                run_id=run_id,
+                call_id=call.call_id,
+                tenant=owner.tenant,
+                user_id=owner.user_id,
+                call=call,
+                expires_at=time.time() + ANSWER_WITHIN,
+            )
+            await self.bucket.create(key, record)  # another delivery may have been first
+        watcher = await self.bucket.kv.watch(key)
+        try:
+            while True:
+                found = await self.bucket.get(key)
+                if found is None:  # purged with its run's session: nobody will answer
+                    return FunctionResultContent(call_id=call.call_id, error=NO_ANSWER)
+                record, revision = found
+                if record.result is not None:
+                    return record.result
+                if time.time() >= record.expires_at:
+                    timed_out = FunctionResultContent(call_id=call.call_id, error=NO_ANSWER)
+                    closed = msgspec.structs.replace(record, status="withdrawn", result=timed_out)
+                    if await self.bucket.update(key, closed, revision) is None:
+                        continue  # answered meanwhile: read it again
+                    return timed_out
+                left = record.expires_at - time.time()
+                with contextlib.suppress(TimeoutError):
+                    await next_update(watcher, timeout=max(0.01, min(POLL, left)))
+        finally:
+            await watcher.stop()  # type: ignore[no-untyped-call]
+
+    async def answer(
+        self, run_id: str, call_id: str, owner: Owner, result: FunctionResultContent
+    ) -> None:
+        """Write the client's answer unless one stands; only the run's owner may answer."""
+        key = client_call_key(owner, run_id, call_id)
+        while True:
+            found = await self.bucket.get(key)
+            if found is None or (found[0].tenant, found[0].user_id) != (
+                owner.tenant,
+                owner.user_id,
+            ):
+                raise NotFound(f"no call {call_id!r} of run {run_id!r} waits for an answer")
+            record, revision = found
+            if record.status != "pending":
+                raise AlreadyAnswered(call_id, record.status)
+            answered = msgspec.structs.replace(record, status="answered", result=result)
+            if await self.bucket.update(key, answered, revision) is not None:
+                return
+
+    async def pending(self, owner: Owner, run_id: str) -> list[ClientCallRecord]:
+        """The calls of the owner's run still waiting for an answer."""
+        records = await self.bucket.values(owner.key(run_id, "client", "*"))
+        return [r for r in records if r.status == "pending"]
