@@ -108,7 +108,9 @@ class ClientApi:
         self._principal(ctx)
         return AgentListed(
             agents=[
-                AgentSummary(name=name, description=agent.description)
+                AgentSummary(
+                    name=name, description=agent.description, client_tools=agent.client_tools
+                )
                 for name, agent in sorted(self.agents.items())
             ]
         )

@@ -40,7 +40,7 @@ from runbus.messages.runs import RunGet
 from runbus.messages.sessions import SessionGet
 
 from . import sse
-from .client_tools import refuse_client_tools
+from .client_tools import ClientToolsRefused
 from .context import (
     RUN_ID_HEADER,
     checked_identifier,
@@ -161,7 +161,9 @@ async def on_run_agent(request: web.Request) -> web.StreamResponse:
     body = decode_untrusted(
         ag.RunAgentInput.model_validate_json, await request.read(), "AG-UI RunAgentInput"
     )
-    refuse_client_tools(agent, "tools", [t.name for t in body.tools or []])
+    if body.tools:
+        # Frontend tools are not handed to AG-UI clients yet: refused, never dropped.
+        raise ClientToolsRefused(agent, "tools", [t.name for t in body.tools])
     thread_id = checked_identifier(body.thread_id, "thread_id")
     run_id = checked_identifier(body.run_id, "run_id")
     messages = run_input(body)

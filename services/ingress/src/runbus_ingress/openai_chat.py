@@ -26,6 +26,7 @@ from runbus.messages import (
     ChatMessage,
     Content,
     ErrorInfo,
+    FunctionCallContent,
     OutputFormat,
     RunApprovalRequested,
     RunCompacted,
@@ -37,12 +38,13 @@ from runbus.messages import (
     RunToolCall,
     RunToolResult,
     TextContent,
+    ToolSpec,
 )
-from runbus.messages.runs import AgentList
+from runbus.messages.runs import AgentList, RunGet
 
 from . import openai_wire as oa
 from . import sse
-from .client_tools import refuse_client_tools
+from .client_tools import after_answers, answer, arguments_text, offered, public_call_id
 from .context import (
     RUN_ID_HEADER,
     checked_identifier,
@@ -92,10 +94,32 @@ class Completion:
         self.agent = agent
         self.extension = oa.RunbusExtension(run_id=run_id, session_id=session_id, trace_id=trace_id)
         self.tools: dict[str, oa.ToolActivity] = {}
+        self.client_calls: list[FunctionCallContent] = []
+        """Calls of the client's own tools the run handed over, in order."""
+        self.client_expected = 0
+
+    @property
+    def paused(self) -> bool:
+        """The run handed every call of its step that is the client's: it waits for answers."""
+        return 0 < self.client_expected <= len(self.client_calls)
+
+    def tool_calls(self) -> list[oa.ToolCall]:
+        run_id = self.extension.run_id
+        return [
+            oa.ToolCall(
+                id=public_call_id(run_id, c.call_id),
+                function=oa.CalledFunction(name=c.name, arguments=arguments_text(c.arguments)),
+            )
+            for c in self.client_calls
+        ]
 
     def on_event(self, event: RunEvent) -> oa.ToolActivity | None:
         """Record tool activity; the changed call, if the event was one."""
         match event:
+            case RunToolCall(call=call, client=True, client_calls=expected):
+                self.client_calls.append(call)
+                self.client_expected = expected
+                return None
             case RunToolCall(call=call):
                 activity = oa.ToolActivity(
                     call_id=call.call_id, name=call.name, arguments=call.arguments or {}
@@ -127,11 +151,20 @@ class Completion:
         frames = []
         if (tool := self.on_event(event)) is not None:
             frames.append(self.chunk(oa.Delta(), tool=tool))
+        if isinstance(event, RunToolCall) and event.client:
+            index = len(self.client_calls) - 1
+            called = self.tool_calls()[index]
+            handed = oa.ToolCallDelta(index=index, id=called.id, function=called.function)
+            frames.append(self.chunk(oa.Delta(tool_calls=[handed])))
+            if self.paused:
+                frames.append(self.chunk(oa.Delta(), finish="tool_calls"))
+                return frames, True
+            return frames, False
         match event:
             case RunTextDelta(delta=delta):
                 frames.append(self.chunk(oa.Delta(content=delta)))
             case RunCompleted():
-                frames.append(self.chunk(oa.Delta(), finish=True))
+                frames.append(self.chunk(oa.Delta(), finish="stop"))
                 if include_usage:
                     frames.append(self.chunk(usage=self.usage(event)))
                 return frames, True
@@ -163,19 +196,29 @@ class Completion:
             runbus=extension,
         )
 
+    def handed_over(self) -> oa.ChatCompletion:
+        """The completion of a run that waits for the client's tools: their calls, no text.
+        Its usage is counted in the completion that ends the run."""
+        extension = msgspec.structs.replace(self.extension, tool_calls=list(self.tools.values()))
+        message = oa.AssistantMessage(content=None, tool_calls=self.tool_calls())
+        return oa.ChatCompletion(
+            id=self.id,
+            created=self.created,
+            model=self.agent,
+            choices=[oa.Choice(message=message, finish_reason="tool_calls")],
+            usage=oa.Usage(0, 0, 0),
+            runbus=extension,
+        )
+
     def chunk(
         self,
         delta: oa.Delta | None = None,
         *,
-        finish: bool = False,
+        finish: oa.FinishReason | None = None,
         usage: oa.Usage | None = None,
         tool: oa.ToolActivity | None = None,
     ) -> bytes:
-        choices = (
-            []
-            if delta is None
-            else [oa.ChunkChoice(delta, finish_reason="stop" if finish else None)]
-        )
+        choices = [] if delta is None else [oa.ChunkChoice(delta, finish_reason=finish)]
         extension = msgspec.structs.replace(self.extension, tool_calls=[tool]) if tool else None
         chunk = oa.ChatCompletionChunk(
             id=self.id,
@@ -208,22 +251,40 @@ async def on_chat_completions(request: web.Request) -> web.StreamResponse:
     ingress = ingress_of(request)
     body = decode_body(await request.read(), oa.CHAT_COMPLETION_REQUEST_DECODER, "chat completion")
     checked_identifier(body.model, "model")
-    refuse_client_tools(body.model, "tools", [t.function.name for t in body.tools or []])
     named = session_of(request, body)
     if named is not None:
         checked_identifier(named, "session id")
-    session_id = named or f"s-{uuid.uuid4().hex[:16]}"
-    messages = run_input(body.messages, resumed=named is not None)
     async with ingress.client(request) as client:
-        run_id, trace_id = await client.start_traced(
-            body.model,
-            messages,
-            session_id=session_id,
-            output_format=output_format(body.response_format),
-        )
-        completion = Completion(body.model, run_id, session_id, trace_id)
+        resumed = await answer(client, answers_of(body.messages))
+        if resumed is not None:
+            # The client answered calls of its tools: the same run goes on; follow it.
+            run_id, answered = resumed
+            info = await client.call(ops.API_RUNS_GET, RunGet(run_id=run_id))
+            session_id = info.record.session_id
+            completion = Completion(body.model, run_id, session_id, info.record.trace_id)
+        else:
+            session_id = named or f"s-{uuid.uuid4().hex[:16]}"
+            messages = run_input(body.messages, resumed=named is not None)
+            specs = [
+                ToolSpec(
+                    name=t.function.name,
+                    description=t.function.description,
+                    parameters=t.function.parameters or {"type": "object", "properties": {}},
+                )
+                for t in body.tools or []
+            ]
+            run_id, trace_id = await client.start_traced(
+                body.model,
+                messages,
+                session_id=session_id,
+                output_format=output_format(body.response_format),
+                client_tools=await offered(client, body.model, "tools", specs),
+            )
+            completion = Completion(body.model, run_id, session_id, trace_id)
+            answered = set()
         headers = {RUN_ID_HEADER: run_id, SESSION_HEADER: session_id}
-        async with aclosing(client.follow(run_id, timeout=ingress.idle_timeout)) as events:
+        followed = client.follow(run_id, timeout=ingress.idle_timeout)
+        async with aclosing(after_answers(followed, answered)) as events:
             if not body.stream:
                 return await _whole(completion, events, headers)
             async with aclosing(sse.with_keepalives(events, ingress.keepalive)) as paced:
@@ -232,6 +293,16 @@ async def on_chat_completions(request: web.Request) -> web.StreamResponse:
                     return error_response(first.event.error, headers=headers, openai=True)
                 include_usage = bool(body.stream_options and body.stream_options.include_usage)
                 return await _stream(request, completion, first, paced, headers, include_usage)
+
+
+def answers_of(messages: list[oa.ChatInMessage]) -> list[tuple[str, str]]:
+    """The trailing `tool` messages that answer calls (`(tool_call_id, text)`)."""
+    last_assistant = max((i for i, m in enumerate(messages) if m.role == "assistant"), default=-1)
+    return [
+        (m.tool_call_id, m.text)
+        for m in messages[last_assistant + 1 :]
+        if m.role == "tool" and m.tool_call_id
+    ]
 
 
 async def on_list_models(request: web.Request) -> web.Response:
@@ -258,6 +329,8 @@ async def _whole(
     async for item in events:
         event = item.event
         completion.on_event(event)
+        if completion.paused:
+            return json_response(completion.handed_over(), headers=headers)
         match event:
             case RunCompleted():
                 return json_response(completion.final(event), headers=headers)

@@ -16,6 +16,8 @@ class ChatInMessage(msgspec.Struct, frozen=True, kw_only=True):
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
     content: str | list[TextPart] | None = None
     name: str | None = None
+    tool_call_id: str | None = None
+    """On a `tool` message: the call it answers (a call of the client's own tools)."""
 
     @property
     def text(self) -> str:
@@ -82,8 +84,8 @@ class ChatCompletionRequest(msgspec.Struct, frozen=True, kw_only=True):
     response_format: ResponseFormat | None = None
     """The answer's shape for this run (the agent's own otherwise)."""
     tools: list[ChatTool] | None = None
-    """The client's own tools: read so that a request bringing any is refused, never run
-    as if they had been offered (`client_tools.py`)."""
+    """The client's own tools, for an agent that takes them (`client_tools.py`); refused with
+    a 400 by any other, never dropped."""
 
 
 class ToolActivity(msgspec.Struct, frozen=True, kw_only=True):
@@ -112,16 +114,42 @@ class Usage(msgspec.Struct, frozen=True):
     total_tokens: int
 
 
+class CalledFunction(msgspec.Struct, frozen=True):
+    name: str
+    arguments: str
+    """The arguments as a JSON text, as OpenAI sends them."""
+
+
+class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
+    """A call of the client's own tools the run waits on; `id` comes back as the `tool`
+    message's `tool_call_id`."""
+
+    id: str
+    function: CalledFunction
+    type: Literal["function"] = "function"
+
+
+class ToolCallDelta(msgspec.Struct, frozen=True, kw_only=True):
+    index: int
+    id: str
+    function: CalledFunction
+    type: Literal["function"] = "function"
+
+
+FinishReason = Literal["stop", "tool_calls"]
+
+
 class AssistantMessage(msgspec.Struct, frozen=True):
-    content: str
+    content: str | None
     role: Literal["assistant"] = "assistant"
     refusal: None = None
+    tool_calls: list[ToolCall] | None = None
 
 
 class Choice(msgspec.Struct, frozen=True):
     message: AssistantMessage
     index: int = 0
-    finish_reason: Literal["stop"] = "stop"
+    finish_reason: FinishReason = "stop"
     logprobs: None = None
 
 
@@ -138,12 +166,13 @@ class ChatCompletion(msgspec.Struct, frozen=True, kw_only=True):
 class Delta(msgspec.Struct, frozen=True, omit_defaults=True):
     content: str | None = None
     role: Literal["assistant"] | None = None
+    tool_calls: list[ToolCallDelta] | None = None
 
 
 class ChunkChoice(msgspec.Struct, frozen=True):
     delta: Delta
     index: int = 0
-    finish_reason: Literal["stop"] | None = None
+    finish_reason: FinishReason | None = None
     logprobs: None = None
 
 

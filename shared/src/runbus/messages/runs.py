@@ -227,6 +227,8 @@ class AgentSummary(Record, frozen=True):
     """Name runs address the agent by."""
     description: str = ""
     """One line on what it does."""
+    client_tools: bool = False
+    """Whether its runs may bring the caller's own tools (`RunRequest.client_tools`)."""
 
 
 class AgentListed(Message, frozen=True, tag="agents.listed"):
