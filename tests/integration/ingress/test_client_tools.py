@@ -25,6 +25,7 @@ from runbus.messages.runs import RunList
 from runbus_examples import AGENTS_DIR
 from runbus_gateway.agents import load_agents
 from tests.integration.ingress.conftest import ALICE, ingress
+from tests.integration.ingress.test_agui import read_agui
 from tests.models import GatedModel, call, text
 from tests.stack import SecuredNats, start_stack
 
@@ -248,3 +249,56 @@ async def test_agui_frontend_tools_are_refused_with_a_typed_400(
 
     assert (status, error["code"]) == (400, "bad_request")
     assert "'local_weather'" in error["message"]
+
+
+async def test_an_agui_client_gets_the_frontend_tool_call_and_its_answer_resumes_the_run(
+    device: str,
+) -> None:
+    tools = [ag.Tool(name="local_weather", description="Device weather", parameters={})]
+    asked = ag.UserMessage(id="u1", content="Weather here?")
+    headers = {**ALICE, "Content-Type": "application/json"}
+
+    def agui_input(run_id: str, messages: list[Any]) -> str:
+        body = ag.RunAgentInput(
+            thread_id="ag-device",
+            run_id=run_id,
+            messages=messages,
+            state={},
+            tools=tools,
+            context=[],
+            forwarded_props={},
+        )
+        return body.model_dump_json(by_alias=True)
+
+    async with aiohttp.ClientSession(device) as http:
+        async with http.post(
+            "/v1/agui/device", data=agui_input("ag-1", [asked]), headers=headers
+        ) as r:
+            first = await read_agui(r)
+        [start] = [e for e in first if isinstance(e, ag.ToolCallStartEvent)]
+        called = ag.AssistantMessage(
+            id="a1",
+            tool_calls=[
+                ag.ToolCall(
+                    id=start.tool_call_id,
+                    function=ag.FunctionCall(name="local_weather", arguments="{}"),
+                )
+            ],
+        )
+        result = ag.ToolMessage(id="t1", tool_call_id=start.tool_call_id, content="warm")
+        async with http.post(
+            "/v1/agui/device", data=agui_input("ag-2", [asked, called, result]), headers=headers
+        ) as r:
+            second = await read_agui(r)
+
+    assert [type(e).__name__ for e in first][-4:] == [
+        "ToolCallStartEvent",
+        "ToolCallArgsEvent",
+        "ToolCallEndEvent",
+        "RunFinishedEvent",
+    ]
+    assert start.tool_call_name == "local_weather"
+    assert isinstance(second[0], ag.RunStartedEvent)
+    assert isinstance(second[-1], ag.RunFinishedEvent)
+    text_out = "".join(e.delta for e in second if isinstance(e, ag.TextMessageContentEvent))
+    assert text_out == "Where you are: warm"

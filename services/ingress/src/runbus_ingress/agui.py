@@ -9,7 +9,7 @@ end; an approval the run waits for is a `CUSTOM` event named `runbus.approval_re
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from typing import Any, Final, assert_never
 
@@ -35,12 +35,13 @@ from runbus.messages import (
     RunToolCall,
     RunToolResult,
     TextContent,
+    ToolSpec,
 )
 from runbus.messages.runs import RunGet
 from runbus.messages.sessions import SessionGet
 
 from . import sse
-from .client_tools import ClientToolsRefused
+from .client_tools import after_answers, answer, offered, public_call_id
 from .context import (
     RUN_ID_HEADER,
     checked_identifier,
@@ -63,6 +64,14 @@ class Translator:
         self.run_id = run_id
         self.open_message: str | None = None
         self.tool_names: dict[str, str] = {}
+        self.client_calls = 0
+        self.client_expected = 0
+
+    @property
+    def paused(self) -> bool:
+        """The run handed every call of its step that is the client's: it waits for answers,
+        and this AG-UI run is finished (the client answers in its next one)."""
+        return 0 < self.client_expected <= self.client_calls
 
     def translate(self, event: RunEvent) -> list[ag.BaseEvent]:
         out: list[ag.BaseEvent] = []
@@ -80,15 +89,28 @@ class Translator:
                     out.append(ag.TextMessageStartEvent(message_id=message_id, role="assistant"))
                     self.open_message = message_id
                 out.append(ag.TextMessageContentEvent(message_id=message_id, delta=delta))
-            case RunToolCall(call=call):
+            case RunToolCall(call=call, client=client, client_calls=expected):
                 self.tool_names[call.call_id] = call.name
+                # A frontend tool's call is answered by the id: it names the runbus run.
+                call_id = public_call_id(event.run_id, call.call_id) if client else call.call_id
                 out += [
-                    ag.ToolCallStartEvent(tool_call_id=call.call_id, tool_call_name=call.name),
+                    ag.ToolCallStartEvent(tool_call_id=call_id, tool_call_name=call.name),
                     ag.ToolCallArgsEvent(
-                        tool_call_id=call.call_id, delta=json.dumps(call.arguments or {})
+                        tool_call_id=call_id, delta=json.dumps(call.arguments or {})
                     ),
-                    ag.ToolCallEndEvent(tool_call_id=call.call_id),
+                    ag.ToolCallEndEvent(tool_call_id=call_id),
                 ]
+                if client:
+                    self.client_calls += 1
+                    self.client_expected = expected
+                    if self.paused:
+                        out.append(
+                            ag.RunFinishedEvent(
+                                thread_id=self.thread_id,
+                                run_id=self.run_id,
+                                result={"waiting_for": "tool_calls"},
+                            )
+                        )
             case RunToolResult(result=result):
                 content = (
                     json.dumps({"error": result.error})
@@ -151,6 +173,13 @@ def run_input(body: ag.RunAgentInput) -> list[ChatMessage]:
     return [ChatMessage(role="user", contents=contents)]
 
 
+def _tool_text(message: ag.ToolMessage) -> str:
+    if message.error is not None:
+        return f"error: {message.error}"
+    content = message.content
+    return content if isinstance(content, str) else _text_of(content)
+
+
 def _text_of(parts: list[Any]) -> str:
     return "".join(getattr(part, "text", "") or "" for part in parts)
 
@@ -161,15 +190,49 @@ async def on_run_agent(request: web.Request) -> web.StreamResponse:
     body = decode_untrusted(
         ag.RunAgentInput.model_validate_json, await request.read(), "AG-UI RunAgentInput"
     )
-    if body.tools:
-        # Frontend tools are not handed to AG-UI clients yet: refused, never dropped.
-        raise ClientToolsRefused(agent, "tools", [t.name for t in body.tools])
     thread_id = checked_identifier(body.thread_id, "thread_id")
     run_id = checked_identifier(body.run_id, "run_id")
-    messages = run_input(body)
     async with ingress.client(request) as client:
-        await client.start(agent, messages, session_id=thread_id, run_id=run_id)
+        resumed = await answer(client, answers_of(body))
+        if resumed is not None:
+            # Frontend tools answered: the runbus run that waits on them goes on.
+            followed, answered = resumed
+            translator = Translator(thread_id, run_id)
+            started = RunStarted(run_id=followed, session_id=thread_id, agent=agent)
+            return await _agui_stream(
+                request,
+                client,
+                translator,
+                after=0,
+                follow=followed,
+                answered=answered,
+                started=started,
+            )
+        specs = [
+            ToolSpec(
+                name=t.name,
+                description=t.description,
+                parameters=t.parameters or {"type": "object", "properties": {}},
+            )
+            for t in body.tools or []
+        ]
+        client_tools = await offered(client, agent, "tools", specs)
+        messages = run_input(body)
+        await client.start(
+            agent, messages, session_id=thread_id, run_id=run_id, client_tools=client_tools
+        )
         return await _agui_stream(request, client, Translator(thread_id, run_id), after=0)
+
+
+def answers_of(body: ag.RunAgentInput) -> list[tuple[str, str]]:
+    """The trailing tool messages that answer frontend tool calls (`(tool_call_id, text)`)."""
+    messages = body.messages
+    last = max((i for i, m in enumerate(messages) if m.role == "assistant"), default=-1)
+    return [
+        (m.tool_call_id, _tool_text(m))
+        for m in messages[last + 1 :]
+        if isinstance(m, ag.ToolMessage)
+    ]
 
 
 async def on_watch_run(request: web.Request) -> web.StreamResponse:
@@ -182,11 +245,21 @@ async def on_watch_run(request: web.Request) -> web.StreamResponse:
 
 
 async def _agui_stream(
-    request: web.Request, client: RunbusClient, translator: Translator, *, after: int
+    request: web.Request,
+    client: RunbusClient,
+    translator: Translator,
+    *,
+    after: int,
+    follow: str | None = None,
+    answered: set[str] | None = None,
+    started: RunStarted | None = None,
 ) -> web.StreamResponse:
+    """`follow`: the runbus run, when it is not the AG-UI run (a resumed one: its events after
+    the `answered` calls' results, opened with `started`)."""
     ingress = ingress_of(request)
-    headers = {RUN_ID_HEADER: translator.run_id}
-    events = client.follow(translator.run_id, after=after, timeout=ingress.idle_timeout)
+    headers = {RUN_ID_HEADER: follow or translator.run_id}
+    followed = client.follow(follow or translator.run_id, after=after, timeout=ingress.idle_timeout)
+    events = _resumed(started, after_answers(followed, answered or set()))
     async with (
         aclosing(events),
         aclosing(sse.with_keepalives(events, ingress.keepalive)) as paced,
@@ -231,6 +304,21 @@ async def _send(
                 out.insert(at, state)
         for event in out:
             await response.write(sse.data_frame(event.model_dump_json(by_alias=True).encode()))
+        if translator.paused:
+            return
+
+
+async def _resumed(
+    started: RunStarted | None, events: AsyncGenerator[SequencedEvent, None]
+) -> AsyncGenerator[SequencedEvent, None]:
+    """`events`, opened with `started` (an AG-UI run always starts with `RUN_STARTED`)."""
+    try:
+        if started is not None:
+            yield SequencedEvent(seq=0, event=started)
+        async for item in events:
+            yield item
+    finally:
+        await events.aclose()
 
 
 async def _chain(
