@@ -21,7 +21,7 @@ from runbus.messages import (
     RunToolCall,
     ToolSpec,
 )
-from runbus.messages.runs import ClientToolAnswer, RunGet
+from runbus.messages.runs import ClientToolAnswer, RunCancel, RunGet
 from runbus_examples import AGENTS_DIR
 from runbus_gateway.agents import load_agents
 from tests.models import GatedModel, call, text
@@ -172,3 +172,26 @@ async def test_an_agent_that_takes_no_client_tools_refuses_a_run_that_brings_the
         ended.error.message
     )
     assert model.requests == []
+
+
+async def test_a_run_cancelled_while_it_waits_for_the_client_closes_its_call(
+    nats_server: SecuredNats, tmp_path: Path, users: dict[str, RunbusClient]
+) -> None:
+    alice = users["alice"]
+    async with stack(nats_server, tmp_path, GatedModel(ask_the_device)):
+        run_id = await alice.start(
+            "travel", "Weather here?", session_id="cancelled", client_tools=[LOCAL_WEATHER]
+        )
+        await client_call(alice, run_id)
+        await alice.call(ops.API_RUNS_CANCEL, RunCancel(run_id=run_id))
+        ended = await final(alice, run_id)
+        with pytest.raises(RemoteError) as late:
+            await alice.call(
+                ops.API_CLIENT_TOOLS_ANSWER,
+                ClientToolAnswer(run_id=run_id, call_id="c-local", result="too late"),
+            )
+
+    assert isinstance(ended, RunFailed)
+    assert ended.error.code == "cancelled"
+    assert late.value.remote_code == "conflict"
+    assert "withdrawn" in late.value.message

@@ -14,6 +14,7 @@ from runbus.errors import RunbusError
 from runbus.failures import as_runbus_error, handle_failure
 from runbus.messages import ErrorInfo, RunCompleted, is_identifier
 from runbus.messages.runs import RunRecord, RunStatus
+from runbus.owners import Owner
 from runbus.tokens import Principal
 
 from .agents import AgentSpec
@@ -84,6 +85,8 @@ class RunBook:
                 await self.records.set_status(record, status, error=info)
             with contextlib.suppress(Exception):
                 await self.ports.approvals.withdraw(record.tenant, record.user_id, run_id)
+            with contextlib.suppress(Exception):
+                await self.ports.client_calls.withdraw(Owner(record.tenant, record.user_id), run_id)
         if not is_identifier(run_id):
             # Not a subject-safe id: there is no events subject a client could be reading.
             log.info("run_failure_not_published", reason="no usable run id")

@@ -164,7 +164,17 @@ class ClientCalls:
             if await self.bucket.update(key, answered, revision) is not None:
                 return
 
-    async def pending(self, owner: Owner, run_id: str) -> list[ClientCallRecord]:
-        """The calls of the owner's run still waiting for an answer."""
-        records = await self.bucket.values(owner.key(run_id, "client", "*"))
-        return [r for r in records if r.status == "pending"]
+    async def withdraw(self, owner: Owner, run_id: str) -> int:
+        """Close the pending calls of a run that ended for good (failed or cancelled): an
+        answer to one is then a `conflict`, not a write nobody reads; returns how many."""
+        withdrawn = 0
+        for key in await self.bucket.keys(owner.key(run_id, "client", "*")):
+            found = await self.bucket.get(key)
+            if found is None or found[0].status != "pending":
+                continue
+            record, revision = found
+            ended = FunctionResultContent(call_id=record.call_id, error="the run ended")
+            closed = msgspec.structs.replace(record, status="withdrawn", result=ended)
+            if await self.bucket.update(key, closed, revision) is not None:  # else answered
+                withdrawn += 1
+        return withdrawn
