@@ -257,6 +257,9 @@ class RecordingPorts:
     ) -> ApprovalGrant:
         raise AssertionError("no tool in these tests needs approval")
 
+    async def hand_to_client(self, ctx: RunContext, call: FunctionCallContent) -> None:
+        raise AssertionError("no run in these tests brings client tools")
+
     async def await_client(
         self, ctx: RunContext, call: FunctionCallContent
     ) -> FunctionResultContent:

@@ -302,3 +302,30 @@ async def test_an_agui_client_gets_the_frontend_tool_call_and_its_answer_resumes
     assert isinstance(second[-1], ag.RunFinishedEvent)
     text_out = "".join(e.delta for e in second if isinstance(e, ag.TextMessageContentEvent))
     assert text_out == "Where you are: warm"
+
+
+async def test_an_openai_client_answers_a_call_handed_before_a_restart_of_every_service(
+    nats_server: SecuredNats, tmp_path: Path
+) -> None:
+    model = GatedModel(ask_the_device)
+    user: Any = {"role": "user", "content": "Weather here?"}
+    options: Any = {
+        "agents": {"device": DEVICE},
+        "routes": {"gated": model},
+        "gateway_options": {"ack_wait": 1.0, "stop_grace": 0.2},
+    }
+    async with ingress(nats_server.url) as (base, _), sdk_for(base) as sdk:
+        async with start_stack(nats_server.url, data_dir=tmp_path / "a", **options):
+            handed = await sdk.chat.completions.create(
+                model="device", messages=[user], tools=[WEATHER_TOOL]
+            )
+        [called] = handed.choices[0].message.tool_calls or []
+        async with start_stack(nats_server.url, data_dir=tmp_path / "b", **options):
+            answered = await sdk.chat.completions.create(
+                model="device",
+                messages=[user, {"role": "tool", "tool_call_id": called.id, "content": "mild"}],
+            )
+
+    assert answered.id == handed.id
+    assert answered.choices[0].message.content == "Where you are: mild"
+    assert len(model.requests) == 2

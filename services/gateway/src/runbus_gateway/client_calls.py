@@ -109,10 +109,9 @@ class ClientCalls:
     def __init__(self, kv: KeyValue) -> None:
         self.bucket = TypedBucket(kv, _DECODER)
 
-    async def wait(
-        self, run_id: str, owner: Owner, call: FunctionCallContent
-    ) -> FunctionResultContent:
-        """Record the call (once: a redelivered run finds it) and wait for its answer."""
+    async def record(self, run_id: str, owner: Owner, call: FunctionCallContent) -> None:
+        """Record the call as pending, once (a redelivered run finds it): before the client
+        can read the call, so its answer always finds the record."""
         key = client_call_key(owner, run_id, call.call_id)
         if await self.bucket.get(key) is None:
             record = ClientCallRecord(
@@ -124,6 +123,13 @@ class ClientCalls:
                 expires_at=time.time() + ANSWER_WITHIN,
             )
             await self.bucket.create(key, record)  # another delivery may have been first
+
+    async def wait(
+        self, run_id: str, owner: Owner, call: FunctionCallContent
+    ) -> FunctionResultContent:
+        """Wait for the answer to a recorded call (recorded here if it was not)."""
+        key = client_call_key(owner, run_id, call.call_id)
+        await self.record(run_id, owner, call)
         watcher = await self.bucket.kv.watch(key)
         try:
             while True:

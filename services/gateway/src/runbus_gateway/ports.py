@@ -191,6 +191,9 @@ class BusPorts:
             announce=announce,
         )
 
+    async def hand_to_client(self, ctx: RunContext, call: FunctionCallContent) -> None:
+        await self.client_calls.record(ctx.run_id, Owner.of(ctx), call)
+
     async def await_client(
         self, ctx: RunContext, call: FunctionCallContent
     ) -> FunctionResultContent:

@@ -79,11 +79,15 @@ class RunPorts(StatePort, Protocol):
         first, a person could decide before there was anything to decide."""
         ...
 
+    async def hand_to_client(self, ctx: RunContext, call: FunctionCallContent) -> None:
+        """Record a call of the client's own tools as pending (once), before the client can
+        read it in the run's events."""
+        ...
+
     async def await_client(
         self, ctx: RunContext, call: FunctionCallContent
     ) -> FunctionResultContent:
-        """Record a call of the client's own tools (once), then wait for the client's answer
-        (`client_tools.answer`)."""
+        """Wait for the client's answer to a recorded call (`client_tools.answer`)."""
         ...
 
     async def append_history(

@@ -98,7 +98,7 @@ async def _steps(run: Run, state: RunState) -> Usage:
         # ask the model again, get new call ids (the executor's idempotency keys) and repeat
         # side effects. One history round trip per tool step buys exactly-once tools.
         await state.checkpoints.flush()
-        await run.events.tool_calls(calls, run.toolsets.for_client(calls))
+        await run.events.tool_calls(calls, await run.toolsets.hand_over(calls))
         results, terminated = await run_tools(run.toolsets, calls, first_send=first_send)
         await run.events.tool_results(results)
         tool_message = ChatMessage(

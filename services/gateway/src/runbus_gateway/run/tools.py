@@ -33,9 +33,16 @@ class Toolsets:
     def find(self, name: str) -> Toolset | None:
         return next((t for t in self.toolsets if t.handles(name)), None)
 
-    def for_client(self, calls: Sequence[FunctionCallContent]) -> set[str]:
-        """Ids of the calls that go to the client (its own tools, `ClientTools`)."""
-        return {c.call_id for c in calls if isinstance(self.find(c.name), ClientTools)}
+    async def hand_over(self, calls: Sequence[FunctionCallContent]) -> set[str]:
+        """Record the calls that go to the client (its own tools, `ClientTools`) before the
+        run's events show them; their ids."""
+        handed = set()
+        for call in calls:
+            toolset = self.find(call.name)
+            if isinstance(toolset, ClientTools):
+                await toolset.hand_over(call)
+                handed.add(call.call_id)
+        return handed
 
     def urgent(self, calls: Sequence[FunctionCallContent]) -> bool:
         """Whether the results of `calls` must be stored at once (`Toolset.urgent`)."""

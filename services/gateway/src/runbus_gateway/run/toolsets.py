@@ -186,6 +186,11 @@ class ClientTools:
     def handles(self, name: str) -> bool:
         return name in self.names
 
+    async def hand_over(self, call: FunctionCallContent) -> None:
+        """Record the call as pending before the client can read it (its answer then always
+        finds it)."""
+        await self.ports.hand_to_client(self.ctx, call)
+
     async def call(self, call: FunctionCallContent, *, first_send: bool) -> ToolInvoked:
         self.waiting.add(call.call_id)
         if self.on_waiting is not None:
