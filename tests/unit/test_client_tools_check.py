@@ -5,7 +5,7 @@ import pytest
 
 from runbus.errors import BadRequest
 from runbus.messages import ToolSpec
-from runbus_gateway.client_calls import ClientToolsRefused, check_client_tools
+from runbus_gateway.run.toolsets import ClientToolsRefused, check_client_tools
 
 
 def spec(name: str, size: int = 0) -> ToolSpec:

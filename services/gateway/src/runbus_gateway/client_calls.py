@@ -10,18 +10,16 @@ never asked twice.
 """
 
 import contextlib
-import re
 import time
-from collections.abc import Collection, Sequence
 from typing import Final, Literal
 
 import msgspec
 from nats.js.kv import KeyValue
 
-from runbus.errors import BadRequest, Conflict, NotFound
+from runbus.errors import Conflict, NotFound
 from runbus.jetstream import next_update
 from runbus.kv import TypedBucket
-from runbus.messages import FunctionCallContent, FunctionResultContent, ToolSpec
+from runbus.messages import FunctionCallContent, FunctionResultContent
 from runbus.owners import Owner, digest
 
 ANSWER_WITHIN: Final = 3600.0
@@ -30,50 +28,7 @@ POLL: Final = 0.5
 """Seconds between checks of a pending record, on top of the watch."""
 NO_ANSWER: Final = "the client did not answer this call in time; its tool did not report"
 
-MAX_TOOLS: Final = 32
-"""Client tools one run may bring."""
-MAX_SPEC_BYTES: Final = 16 * 1024
-"""Size of one client tool's encoded spec (its JSON Schema mostly) at most."""
-SAFE_NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
-
 Status = Literal["pending", "answered", "withdrawn"]
-
-
-class ClientToolsRefused(BadRequest):
-    """The run brings client tools and its agent does not take any (`client_tools = false`)."""
-
-    def __init__(self, agent: str, names: list[str]) -> None:
-        shown = ", ".join(repr(n[:64]) for n in names[:5]) + (", …" if len(names) > 5 else "")
-        super().__init__(
-            f"agent {agent!r} does not accept the client's own tools ({shown}); it runs only "
-            "its own tools: send the request without them",
-            details={"param": "tools"},
-        )
-        self.agent = agent
-        self.names = names
-
-
-def check_client_tools(
-    agent: str, allowed: bool, own: Collection[str], specs: Sequence[ToolSpec]
-) -> None:
-    """Refuse client tools the agent does not take, too many, an unsafe or duplicate name, a
-    name of the agent's own tools, or a spec too large."""
-    if not specs:
-        return
-    names = [spec.name for spec in specs]
-    if not allowed:
-        raise ClientToolsRefused(agent, names)
-    if len(specs) > MAX_TOOLS:
-        raise BadRequest(f"at most {MAX_TOOLS} client tools per run, not {len(specs)}")
-    for spec in specs:
-        if SAFE_NAME.fullmatch(spec.name) is None:
-            raise BadRequest(f"client tool name {spec.name[:80]!r} is not [A-Za-z0-9_-]{{1,64}}")
-        if len(msgspec.json.encode(spec)) > MAX_SPEC_BYTES:
-            raise BadRequest(f"client tool {spec.name!r} is larger than {MAX_SPEC_BYTES} bytes")
-    if len(set(names)) != len(names):
-        raise BadRequest("client tool names must be distinct")
-    if clash := sorted(set(names) & set(own)):
-        raise BadRequest(f"client tools {clash!r} have the names of the agent's own tools")
 
 
 class ClientCallRecord(msgspec.Struct, frozen=True, kw_only=True):

@@ -1,5 +1,6 @@
 """`RunPorts` over the bus: each method is one request to the service that owns it."""
 
+import functools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -63,7 +64,6 @@ class BusPorts:
     def __init__(self, bus: Bus, approvals: Approvals) -> None:
         self.bus = bus
         self.approvals = approvals
-        self.client_calls = ClientCalls(approvals.bucket.kv)
         self.catalog = ToolCatalogCache()
         self.events = EventStream(bus)
 
@@ -190,6 +190,11 @@ class BusPorts:
             request,
             announce=announce,
         )
+
+    @functools.cached_property
+    def client_calls(self) -> ClientCalls:
+        """Client-tool calls, in the approvals bucket (built on first use)."""
+        return ClientCalls(self.approvals.bucket.kv)
 
     async def hand_to_client(self, ctx: RunContext, call: FunctionCallContent) -> None:
         await self.client_calls.record(ctx.run_id, Owner.of(ctx), call)

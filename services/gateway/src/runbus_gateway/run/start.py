@@ -12,7 +12,6 @@ from runbus.messages.memory import MEMORY_SEARCH_TOOL
 from runbus.messages.sessions import SessionOpened
 
 from ..agents import AgentSpec
-from ..client_calls import check_client_tools
 from ..harness.runtime import Harness
 from ..harness.state import SessionState
 from .checkpoints import Checkpointer
@@ -35,6 +34,7 @@ from .toolsets import (
     HarnessTools,
     MemorySearchTool,
     OnWaiting,
+    check_client_tools,
 )
 
 

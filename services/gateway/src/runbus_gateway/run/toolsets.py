@@ -6,9 +6,12 @@ answer. A new tool source is a new `Toolset`, registered in `start`."""
 
 import asyncio
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Final, Protocol
 
+import msgspec
+
+from runbus.errors import BadRequest
 from runbus.headers import RunContext
 from runbus.messages import FunctionCallContent, ToolSpec
 from runbus.messages.memory import MEMORY_SEARCH_TOOL
@@ -21,6 +24,11 @@ from .ports import RunPorts
 
 TOOL_NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
 """A tool name that is safe in a subject (`runbus.tools.<name>`)."""
+
+MAX_TOOLS: Final = 32
+"""Client tools one run may bring."""
+MAX_SPEC_BYTES: Final = 16 * 1024
+"""Size of one client tool's encoded spec (its JSON Schema mostly) at most."""
 
 OnWaiting = Callable[[bool], Awaitable[None]]
 """Told when a call of the run starts (True) or stops (False) waiting for a person."""
@@ -203,3 +211,40 @@ class ClientTools:
             self.waiting.discard(call.call_id)
         # The client's output is data from outside, like any tool's (`untrusted`).
         return ToolInvoked(result=result)
+
+
+class ClientToolsRefused(BadRequest):
+    """The run brings client tools and its agent does not take any (`client_tools = false`)."""
+
+    def __init__(self, agent: str, names: list[str]) -> None:
+        shown = ", ".join(repr(n[:64]) for n in names[:5]) + (", …" if len(names) > 5 else "")
+        super().__init__(
+            f"agent {agent!r} does not accept the client's own tools ({shown}); it runs only "
+            "its own tools: send the request without them",
+            details={"param": "tools"},
+        )
+        self.agent = agent
+        self.names = names
+
+
+def check_client_tools(
+    agent: str, allowed: bool, own: Collection[str], specs: Sequence[ToolSpec]
+) -> None:
+    """Refuse client tools the agent does not take, too many, an unsafe or duplicate name, a
+    name of the agent's own tools, or a spec too large."""
+    if not specs:
+        return
+    names = [spec.name for spec in specs]
+    if not allowed:
+        raise ClientToolsRefused(agent, names)
+    if len(specs) > MAX_TOOLS:
+        raise BadRequest(f"at most {MAX_TOOLS} client tools per run, not {len(specs)}")
+    for spec in specs:
+        if TOOL_NAME.fullmatch(spec.name) is None:
+            raise BadRequest(f"client tool name {spec.name[:80]!r} is not [A-Za-z0-9_-]{{1,64}}")
+        if len(msgspec.json.encode(spec)) > MAX_SPEC_BYTES:
+            raise BadRequest(f"client tool {spec.name!r} is larger than {MAX_SPEC_BYTES} bytes")
+    if len(set(names)) != len(names):
+        raise BadRequest("client tool names must be distinct")
+    if clash := sorted(set(names) & set(own)):
+        raise BadRequest(f"client tools {clash!r} have the names of the agent's own tools")
