@@ -101,3 +101,20 @@ async def test_a_model_is_retrieved_by_its_agent_name(sdk: AsyncOpenAI) -> None:
 
     assert (model.id, model.object) == ("travel", "model")
     assert unknown.value.code == "unknown_agent"
+
+
+async def test_a_response_request_with_the_clients_own_tools_is_refused_not_dropped(
+    sdk: AsyncOpenAI,
+) -> None:
+    tool = {
+        "type": "function",
+        "name": "lookup_order",
+        "description": "Look an order up",
+        "parameters": {"type": "object", "properties": {"id": {"type": "string"}}},
+    }
+
+    with pytest.raises(openai.BadRequestError) as refused:
+        await sdk.responses.create(model="travel", input="Where is order 7?", tools=[tool])  # type: ignore[list-item]
+
+    assert refused.value.status_code == 400
+    assert "/v1/chat/completions" in refused.value.message

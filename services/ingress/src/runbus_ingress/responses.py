@@ -90,6 +90,8 @@ class ResponseRequest(msgspec.Struct, frozen=True, kw_only=True):
     user: str | None = None
     text: ResponseText | None = None
     """`text.format`: the answer's shape for this run, as `response_format` on the chat API."""
+    tools: list[dict[str, Any]] | None = None
+    """The client's own tools: refused here (never dropped); `/v1/chat/completions` takes them."""
 
 
 def _output_format(body: ResponseRequest) -> OutputFormat | None:
@@ -303,6 +305,12 @@ async def on_create_response(request: web.Request) -> web.StreamResponse:
     ingress = ingress_of(request)
     body = decode_body(await request.read(), _DECODER, "response")
     agent = checked_identifier(body.model, "model")
+    if body.tools:
+        raise BadRequest(
+            "/v1/responses does not take the client's own tools yet: send them to "
+            "/v1/chat/completions (`tools`), or send the request without 'tools'",
+            details={"param": "tools"},
+        )
     contents: list[Content] = [TextContent(text=t) for t in _texts(body)]
     message = ChatMessage(role="user", contents=contents)
     async with ingress.client(request) as client:
