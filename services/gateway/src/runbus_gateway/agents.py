@@ -298,7 +298,7 @@ def load_agents(folder: Path | None = None) -> dict[str, AgentSpec]:
 
 
 def _check_model_settings(file: Path, table: object) -> None:
-    """A misspelt setting (`temprature`) would silently take the target's default: refused,
+    """A misspelt setting would silently take the target's default: refused,
     naming the valid ones."""
     if not isinstance(table, dict):
         return
