@@ -98,10 +98,6 @@ def fails_once_on(word: str) -> Reply:
     return reply
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the gateway's bookkeeping must append abandon=true for a run that failed for good",
-)
 async def test_the_next_prompt_carries_nothing_of_a_run_that_failed_for_good(
     nats_server: SecuredNats, tmp_path: Path
 ) -> None:

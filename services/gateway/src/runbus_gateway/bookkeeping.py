@@ -87,6 +87,16 @@ class RunBook:
                 await self.ports.approvals.withdraw(record.tenant, record.user_id, run_id)
             with contextlib.suppress(Exception):
                 await self.ports.client_calls.withdraw(Owner(record.tenant, record.user_id), run_id)
+            if not isinstance(error, RunCancelled):
+                # Failed for good: what it stored (its input first) stays for audit and
+                # export, but no later run's prompt loads it (history leaves it out).
+                abandoned = h.RunContext(
+                    run_id=run_id,
+                    session_id=record.session_id,
+                    props={"tenant": record.tenant, "user_id": record.user_id},
+                )
+                with contextlib.suppress(Exception):
+                    await self.ports.append_history(abandoned, [], abandon=True)
         if not is_identifier(run_id):
             # Not a subject-safe id: there is no events subject a client could be reading.
             log.info("run_failure_not_published", reason="no usable run id")

@@ -214,6 +214,7 @@ class BusPorts:
         compaction: HistoryCompaction | None = None,
         history_end: int | None = None,
         incarnation: str = "",
+        abandon: bool = False,
     ) -> int | None:
         # A checkpoint goes straight into the history stream, with the persisted compaction it
         # carries; the release (a session record write) goes through the service, and so does
@@ -222,6 +223,7 @@ class BusPorts:
         if (
             history_end is not None
             and not release
+            and not abandon
             and incarnation
             and (
                 compaction is None
@@ -240,6 +242,7 @@ class BusPorts:
                 history_length=history_length,
                 compaction=compaction,
                 incarnation=incarnation,
+                abandon=abandon,
             ),
             ctx=ctx,
         )

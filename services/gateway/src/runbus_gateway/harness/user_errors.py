@@ -17,6 +17,7 @@ SAFE_CODES: Final[frozenset[ErrorCode]] = frozenset(
         "not_found",
         "unknown_agent",
         "session_busy",
+        "message_too_large",
         "cancelled",
         "max_iterations",
         "tool_errors",
