@@ -344,6 +344,9 @@ class Service:
                     async with asyncio.timeout(left):
                         reply = await endpoint.handler(ctx, body)
                 data, reply_headers = encode(reply), None
+                # A reply the server would refuse is a typed error the caller reads at once,
+                # not silence until its timeout.
+                self.bus.check_size(request.subject, data)
             except Exception as exc:
                 error = handle_failure(
                     exc, self.log, "request_failed", span=span, subject=request.subject
