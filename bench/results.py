@@ -314,6 +314,21 @@ class LongSession(Record, kw_only=True):
     """Each run's latency, in turn order."""
 
 
+class HeldDeltas(Record, kw_only=True):
+    """The same answer streamed as the model writes it and held until output guardrails pass."""
+
+    words: int
+    pace_ms: float
+    """Milliseconds between the scripted model's words."""
+    runs: int
+    streamed_first_ms: float
+    """Median time from the request to the first text byte, no output guardrails."""
+    streamed_completed_ms: float
+    """Median time from the request to `run.completed`, no output guardrails."""
+    held_first_ms: float
+    held_completed_ms: float
+
+
 class SectionNumbers(Record, kw_only=True, omit_defaults=True):
     """What a per-service section's `run_benchmark()` returns besides its printed text."""
 
@@ -323,6 +338,7 @@ class SectionNumbers(Record, kw_only=True, omit_defaults=True):
     """By the loopback server's way of streaming (token chunks, whole replies)."""
     real_model: RealModel | None = None
     long_session: LongSession | None = None
+    held_deltas: HeldDeltas | None = None
 
 
 class Results(Record, kw_only=True, omit_defaults=True):
@@ -351,6 +367,7 @@ class Results(Record, kw_only=True, omit_defaults=True):
     model_router_provider_cpu: dict[str, ProviderCpu] = {}
     real_model: RealModel | None = None
     long_session: LongSession | None = None
+    held_deltas: HeldDeltas | None = None
 
     def add(self, numbers: SectionNumbers) -> None:
         """A per-service section's numbers, where it measured any."""

@@ -447,6 +447,7 @@ SECTIONS = (
     "memory",
     "real_model",
     "long_session",
+    "held_deltas",
 )
 """Per-service benchmarks, each a module of this folder with `run_benchmark()`."""
 QUICK_CONSTANTS: dict[str, dict[str, int]] = {"tools": {"N_OVERHEAD": 500}}
@@ -455,6 +456,7 @@ QUICK_KWARGS: dict[str, dict[str, int]] = {
     "model_router": {"n": 500},
     "memory": {"repeat": 100, "writes": 300},
     "long_session": {"turns": 200},
+    "held_deltas": {"runs": 5},
 }
 
 

@@ -8,6 +8,7 @@ from bench.report.cells import table
 from bench.report.durable import durable_sections
 from bench.report.runs import (
     floor_section,
+    held_deltas_section,
     printed_sections,
     profile_section,
     resume_section,
@@ -63,6 +64,7 @@ def markdown(results: Results) -> str:
     out += streaming_section(results)
     out += resume_section(results)
     out += profile_section(results)
+    out += held_deltas_section(results)
     out += printed_sections(results)
     return "\n".join(out)
 

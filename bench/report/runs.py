@@ -240,3 +240,29 @@ def printed_sections(results: Results) -> list[str]:
     for name, text in results.sections.items():
         out += [f"## {name} (printed by bench/{name}.py)", "", "```", text.rstrip(), "```", ""]
     return out
+
+
+def held_deltas_section(results: Results) -> list[str]:
+    """What output guardrails cost: the text held until they pass against the same answer
+    streamed."""
+    held = results.held_deltas
+    if held is None:
+        return []
+    rows = [
+        ("streamed (no output guardrails)", held.streamed_first_ms, held.streamed_completed_ms),
+        ("held until output guardrails pass", held.held_first_ms, held.held_completed_ms),
+    ]
+    return [
+        "## Held deltas: the latency of output guardrails",
+        "",
+        f"A scripted model streams {held.words} words, one every {held.pace_ms:g} ms; the "
+        f"median of {held.runs} runs of each agent, interleaved. Holding the text moves the "
+        "first byte to the end of the answer; `run.completed` comes "
+        f"{held.held_completed_ms - held.streamed_completed_ms:+.1f} ms from the streamed run's "
+        f"({times(ratio(held.held_completed_ms, held.streamed_completed_ms))} of it).",
+        "",
+        *table(
+            ["agent", "first text byte (ms)", "run.completed (ms)"],
+            [[name, f"{first:.1f}", f"{done:.1f}"] for name, first, done in rows],
+        ),
+    ]

@@ -350,3 +350,24 @@ def test_a_section_missing_a_field_is_refused_before_anything_is_rendered(
 
     with pytest.raises(msgspec.ValidationError, match=f"missing required field `{field}`"):
         typed(measured)
+
+
+def test_held_deltas_show_first_byte_and_completion_of_held_next_to_streamed() -> None:
+    measured = {
+        "meta": META,
+        "held_deltas": {
+            "words": 60,
+            "pace_ms": 20.0,
+            "runs": 10,
+            "streamed_first_ms": 35.0,
+            "streamed_completed_ms": 1300.0,
+            "held_first_ms": 1290.0,
+            "held_completed_ms": 1313.0,
+        },
+    }
+
+    text = markdown(typed(measured))
+
+    assert "| streamed (no output guardrails) | 35.0 | 1300.0 |" in text
+    assert "| held until output guardrails pass | 1290.0 | 1313.0 |" in text
+    assert "`run.completed` comes +13.0 ms from the streamed run's (1.01x of it)" in text
