@@ -329,6 +329,17 @@ class HeldDeltas(Record, kw_only=True):
     held_completed_ms: float
 
 
+class McpTool(Record, kw_only=True):
+    """One tool call per run: a native registry tool against an MCP stdio server's."""
+
+    runs: int
+    """Runs of each, interleaved."""
+    native_p50_ms: float
+    mcp_p50_ms: float
+    ratio: float
+    """MCP over native, whole run p50."""
+
+
 class SectionNumbers(Record, kw_only=True, omit_defaults=True):
     """What a per-service section's `run_benchmark()` returns besides its printed text."""
 
@@ -339,6 +350,7 @@ class SectionNumbers(Record, kw_only=True, omit_defaults=True):
     real_model: RealModel | None = None
     long_session: LongSession | None = None
     held_deltas: HeldDeltas | None = None
+    mcp_tool: McpTool | None = None
 
 
 class Results(Record, kw_only=True, omit_defaults=True):
@@ -368,6 +380,7 @@ class Results(Record, kw_only=True, omit_defaults=True):
     real_model: RealModel | None = None
     long_session: LongSession | None = None
     held_deltas: HeldDeltas | None = None
+    mcp_tool: McpTool | None = None
 
     def add(self, numbers: SectionNumbers) -> None:
         """A per-service section's numbers, where it measured any."""

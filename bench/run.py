@@ -429,6 +429,7 @@ TARGET_SECTIONS = (
     "overhead",
     "session_length",
     "long_session",
+    "mcp_tool",
     "tools",
 )
 """What `--targets` runs: every number a target is judged from (report.targets), and the
@@ -448,6 +449,7 @@ SECTIONS = (
     "real_model",
     "long_session",
     "held_deltas",
+    "mcp_tool",
 )
 """Per-service benchmarks, each a module of this folder with `run_benchmark()`."""
 QUICK_CONSTANTS: dict[str, dict[str, int]] = {"tools": {"N_OVERHEAD": 500}}
@@ -457,6 +459,7 @@ QUICK_KWARGS: dict[str, dict[str, int]] = {
     "memory": {"repeat": 100, "writes": 300},
     "long_session": {"turns": 200},
     "held_deltas": {"runs": 5},
+    "mcp_tool": {"runs": 20},
 }
 
 

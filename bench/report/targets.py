@@ -21,6 +21,8 @@ SESSION_GROWTH = 1.2
 LONG_SESSION_GROWTH = 1.5
 """A run at turn 1,000 of a session without compaction in its agent file at most this many
 times one at turn 10."""
+MCP_VS_NATIVE = 2.0
+"""A run calling an MCP stdio tool at most this many times the same run calling a native one."""
 MEMORY_IDLE_MIB = 120.0
 STACK_IDLE_MIB = 450.0
 MODEL_CALLS = 4
@@ -94,7 +96,22 @@ def targets(results: Results) -> list[Target]:
         ),
         *durable_targets(results),
         long_session_target(results),
+        mcp_target(results),
     ]
+
+
+def mcp_target(results: Results) -> Target:
+    """One tool call per run, to mcp-server-time over stdio against a native registry tool."""
+    mcp = results.mcp_tool
+    return Target(
+        "MCP stdio tool call vs native, whole run (p50)",
+        mcp.ratio if mcp else None,
+        MCP_VS_NATIVE,
+        at_least=False,
+        basis=f"run with an MCP call {ms(mcp.mcp_p50_ms if mcp else None)} ms / with a native "
+        f"call {ms(mcp.native_p50_ms if mcp else None)} ms ({mcp.runs if mcp else 0} runs each, "
+        "interleaved)",
+    )
 
 
 def long_session_target(results: Results) -> Target:

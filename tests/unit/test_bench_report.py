@@ -371,3 +371,17 @@ def test_held_deltas_show_first_byte_and_completion_of_held_next_to_streamed() -
     assert "| streamed (no output guardrails) | 35.0 | 1300.0 |" in text
     assert "| held until output guardrails pass | 1290.0 | 1313.0 |" in text
     assert "`run.completed` comes +13.0 ms from the streamed run's (1.01x of it)" in text
+
+
+def test_an_mcp_tool_run_is_judged_against_the_native_run_of_the_same_bench() -> None:
+    measured = {
+        "meta": META,
+        "mcp_tool": {"runs": 20, "native_p50_ms": 10.0, "mcp_p50_ms": 25.0, "ratio": 2.5},
+    }
+
+    text = markdown(typed(measured))
+
+    assert (
+        "| MCP stdio tool call vs native, whole run (p50) | 2.50x | ≤ 2x | **missed** | run "
+        "with an MCP call 25.0 ms / with a native call 10.0 ms (20 runs each, interleaved) |"
+    ) in text
