@@ -338,6 +338,9 @@ class McpTool(Record, kw_only=True):
     mcp_p50_ms: float
     ratio: float
     """MCP over native, whole run p50."""
+    call_native_p50_ms: float | None = None
+    """A bare `runbus.tools.<name>.invoke` of the native tool over the bus."""
+    call_mcp_p50_ms: float | None = None
 
 
 class SectionNumbers(Record, kw_only=True, omit_defaults=True):

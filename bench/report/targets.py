@@ -110,7 +110,8 @@ def mcp_target(results: Results) -> Target:
         at_least=False,
         basis=f"run with an MCP call {ms(mcp.mcp_p50_ms if mcp else None)} ms / with a native "
         f"call {ms(mcp.native_p50_ms if mcp else None)} ms ({mcp.runs if mcp else 0} runs each, "
-        "interleaved)",
+        f"interleaved); the bare call on the bus {ms(mcp.call_mcp_p50_ms if mcp else None)} ms "
+        f"/ {ms(mcp.call_native_p50_ms if mcp else None)} ms",
     )
 
 

@@ -376,12 +376,20 @@ def test_held_deltas_show_first_byte_and_completion_of_held_next_to_streamed() -
 def test_an_mcp_tool_run_is_judged_against_the_native_run_of_the_same_bench() -> None:
     measured = {
         "meta": META,
-        "mcp_tool": {"runs": 20, "native_p50_ms": 10.0, "mcp_p50_ms": 25.0, "ratio": 2.5},
+        "mcp_tool": {
+            "runs": 20,
+            "native_p50_ms": 10.0,
+            "mcp_p50_ms": 25.0,
+            "ratio": 2.5,
+            "call_native_p50_ms": 0.4,
+            "call_mcp_p50_ms": 1.6,
+        },
     }
 
     text = markdown(typed(measured))
 
     assert (
         "| MCP stdio tool call vs native, whole run (p50) | 2.50x | ≤ 2x | **missed** | run "
-        "with an MCP call 25.0 ms / with a native call 10.0 ms (20 runs each, interleaved) |"
+        "with an MCP call 25.0 ms / with a native call 10.0 ms (20 runs each, interleaved); "
+        "the bare call on the bus 1.600 ms / 0.400 ms |"
     ) in text
