@@ -16,7 +16,8 @@ results.json, results.md and the plots from them.
    (bench/slow_model.py), and where one run's time beyond the 300 ms calls goes
    (bench/overhead.py); run cost against session length, with and without persisted
    compaction (bench/session_length.py).
-7. the per-service sections: history, compaction, model_router, tools, memory.
+7. the per-service sections: history, compaction, model_router, tools, memory; mcp_tool (a run
+   calling an MCP stdio tool vs a native one) and held_deltas (text held for output guardrails).
 
 `--targets` runs only what the targets are judged from (TARGET_SECTIONS); `--sections a,b` or
 `--only a` any subset. A run of some sections writes its report to PARTIAL_RESULTS unless
