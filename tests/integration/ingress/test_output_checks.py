@@ -113,6 +113,8 @@ async def test_a_blocked_answer_leaves_no_byte_in_events_sse_or_history(served: 
     async with served.http.get(f"/v1/runs/{run_id}/events", headers=ALICE) as response:
         frames = await read_sse(response)
     loaded = await served.alice.call(ops.HISTORY_LOAD, HistoryLoad(session_id="g1"))
+    # Everything stored (the audit read): the failed run's input, and nothing of its answer.
+    stored = await served.alice.call(ops.HISTORY_LOAD, HistoryLoad(session_id="g1", originals=True))
 
     assert isinstance(followed[-1], RunFailed)
     assert followed[-1].error.code == "output_blocked"
@@ -123,8 +125,9 @@ async def test_a_blocked_answer_leaves_no_byte_in_events_sse_or_history(served: 
     assert all(secret not in frame.data for frame in frames)
     assert any(line.get("code") == "output_blocked" for line in logs)
     assert SECRET not in repr(logs)
-    assert secret not in msgspec.json.encode(loaded)
-    assert [m.text for m in loaded.messages] == ["Tell me the secret"]
+    assert secret not in msgspec.json.encode(stored)
+    assert [m.text for m in stored.messages] == ["Tell me the secret"]
+    assert loaded.messages == []  # a run that failed for good: no later prompt loads it
 
 
 async def test_an_allowed_answer_of_a_guarded_agent_arrives_whole(served: Served) -> None:
