@@ -114,7 +114,7 @@ def test_a_full_harness_table_decodes_into_a_working_harness() -> None:
         ("todos = {enabld = true}", "unknown field `enabld`"),
         ('kind = "program"', "needs `program"),
         ('program = "a.b:C"', "harness kind is 'chat'"),
-        ('kind = "program"\nprogram = "no such thing"', "is not `module:Class`"),
+        ('kind = "program"\nprogram = "no such thing"', "is not `module:Name`"),
         ('kind = "program"\nprogram = "runbus_nowhere:X"', "cannot import 'runbus_nowhere'"),
         ('kind = "program"\nprogram = "json:Nope"', "has no class 'Nope'"),
         ('kind = "program"\nprogram = "json:JSONDecoder"', "no `async def respond(run)`"),

@@ -202,7 +202,7 @@ def test_an_output_schema_comes_inline_from_a_file_or_from_a_msgspec_type(tmp_pa
     [
         ('[output]\nschema = {type = "thing"}\n', "is not valid under any of the given schemas"),
         ('[output]\nschema_file = "missing.json"\n', "missing.json"),
-        ('[output]\ntype = "runbus.messages:Nothing"\n', "has no type 'Nothing'"),
+        ('[output]\ntype = "runbus.messages:Nothing"\n', "has no class 'Nothing'"),
         ('[output]\nguardrails = [{name = "nope"}]\n', "nope"),
         ('[output_format]\nname = "x"\n', "declared in the [output] table"),
     ],

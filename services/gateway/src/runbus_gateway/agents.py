@@ -1,8 +1,6 @@
 """Agent definitions: TOML files decoded into frozen Structs at start."""
 
 import functools
-import importlib
-import re
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
@@ -26,6 +24,7 @@ from .errors import GatewayConfigError
 from .harness.config import HarnessConfig, Table
 from .harness.guardrails import Guardrail, build_guardrails
 from .harness.runtime import Harness
+from .type_paths import load_type
 
 
 class MemoryPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -101,7 +100,6 @@ class CompactionPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 OWN_COMPACTION_KEYS = ("max_tokens", "tokenizer", "persist")
 MODEL_SETTINGS: Final = tuple(f.name for f in msgspec.structs.fields(ModelSettings))
-TYPE_PATH: Final = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
 class OutputPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -161,18 +159,7 @@ def schema_problem(schema: dict[str, Any]) -> str | None:
 
 
 def _load_type(path: str) -> type:
-    if not TYPE_PATH.match(path):
-        raise GatewayConfigError(f"output type {path!r} is not `module:Type`")
-    module_name, name = path.split(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise GatewayConfigError(
-            f"output type {path!r}: cannot import {module_name!r}: {exc}"
-        ) from None
-    found = getattr(module, name, None)
-    if not isinstance(found, type):
-        raise GatewayConfigError(f"output type {path!r}: {module_name!r} has no type {name!r}")
+    found = load_type(path, "output type")
     try:
         msgspec.json.schema(found)
     except TypeError as exc:

@@ -10,7 +10,6 @@ The class is built once at start with `program_options` as keyword arguments; ea
 `respond` with the run's inputs, the loaded history, context messages and the state bag.
 """
 
-import importlib
 import inspect
 import re
 from collections.abc import Callable, Mapping
@@ -22,10 +21,10 @@ import msgspec
 from runbus.messages import ChatMessage, TextContent
 
 from ..errors import GatewayConfigError
+from ..type_paths import load_type
 from .errors import ProgramError
 from .state import SessionState
 
-PROGRAM_PATH: Final = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*\Z")
 STATE_KEY: Final = re.compile(r"^[A-Za-z0-9_.-]{1,64}\Z")
 
 
@@ -76,18 +75,7 @@ def say(*texts: str) -> ChatMessage:
 def load_program(path: str, options: Mapping[str, Any] | None = None) -> ProgramAgent:
     """The program agent `module:Class`, built with `options`; `GatewayConfigError` says what
     is wrong with the path, the import, the class or the options."""
-    if not PROGRAM_PATH.match(path):
-        raise GatewayConfigError(f"program {path!r} is not `module:Class`")
-    module_name, class_name = path.split(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise GatewayConfigError(
-            f"program {path!r}: cannot import {module_name!r}: {exc}"
-        ) from None
-    cls = getattr(module, class_name, None)
-    if not inspect.isclass(cls):
-        raise GatewayConfigError(f"program {path!r}: {module_name!r} has no class {class_name!r}")
+    cls = load_type(path, "program")
     if not inspect.iscoroutinefunction(getattr(cls, "respond", None)):
         raise GatewayConfigError(f"program {path!r}: the class has no `async def respond(run)`")
     try:
