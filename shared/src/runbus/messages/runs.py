@@ -30,6 +30,14 @@ class RunRequest(Message, frozen=True, tag="run.request"):
     """The caller's own tools, offered to the model besides the agent's: a call of one pauses
     the run until the caller answers it (`client_tools.answer`). Only an agent with
     `client_tools = true` takes them; names must be safe and not the agent's own."""
+    parent_run_id: str = ""
+    """Set by a gateway on a child run (an agent called as a tool): the run whose tool call
+    started it. "" for a run a client started."""
+    root_run_id: str = ""
+    """The top-level run of a child's tree ("" for a run a client started)."""
+    depth: Annotated[int, msgspec.Meta(ge=0)] = 0
+    """How many parents the run has (0 for a run a client started); the gateway refuses a
+    call past its depth limit."""
 
 
 class RunStarted(Message, frozen=True, tag="run.started"):
@@ -151,6 +159,13 @@ class RunRecord(Record, frozen=True):
     trace_id: str = ""
     """The trace the run is recorded in (32 hex digits, as Jaeger shows it): the one its request
     carried, else one the gateway started; "" from a gateway that did not record it."""
+    parent_run_id: str = ""
+    """The run whose agent called this one as a tool (`RunRequest.parent_run_id`); "" for a
+    run a client started."""
+    root_run_id: str = ""
+    """The top-level run of its tree; "" for a run a client started."""
+    depth: int = 0
+    """How many parents it has."""
 
 
 class RunGet(Message, frozen=True, tag="runs.get"):
@@ -168,6 +183,8 @@ class RunList(Message, frozen=True, tag="runs.list"):
     """Only runs of this session."""
     limit: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 50
     """At most this many, newest first."""
+    parent_run_id: Identifier | None = None
+    """Only the children of this run (the agents it called as tools)."""
 
 
 class RunListed(Message, frozen=True, tag="runs.listed"):
