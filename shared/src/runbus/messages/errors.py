@@ -30,6 +30,8 @@ ErrorCode = Literal[
     "program_error",
     "output_invalid",
     "output_blocked",
+    "agent_call_depth",
+    "agent_call_fan_out",
     # the bus and the model
     "unavailable",
     "internal",
