@@ -167,6 +167,39 @@ def _load_type(path: str) -> type:
     return found
 
 
+class AgentTool(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """An `[[agent_tools]]` entry: another agent of this gateway offered to the model as a
+    tool; each call is a child run of it on the bus (docs/multi-agent.md)."""
+
+    agent: Identifier
+    """The agent called."""
+    name: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{1,64}$")] = ""
+    """The tool's name, as the model calls it ("": the agent's name)."""
+    description: str = ""
+    """What the model reads about when to call it."""
+
+    @property
+    def tool_name(self) -> str:
+        return self.name or self.agent
+
+
+class RemoteAgent(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A `[[remote_agents]]` entry: an A2A agent elsewhere, offered to the model as a tool."""
+
+    name: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+    """The tool's name, as the model calls it."""
+    url: str
+    """The agent's A2A endpoint (JSON-RPC), e.g. `https://agents.example.com/a2a/flights`."""
+    description: str = ""
+    """What the model reads about when to call it ("": the agent card's description)."""
+    token_env: str = ""
+    """Environment variable holding the bearer token sent to it (a secret)."""
+    token_file: str = ""
+    """A file holding that token instead (a mounted secret), read at each call."""
+    timeout: Annotated[float, msgspec.Meta(gt=0)] = 300.0
+    """Seconds one call may take at most (the run's deadline may cut it shorter)."""
+
+
 class AgentSpec(
     msgspec.Struct,
     frozen=True,
@@ -208,6 +241,12 @@ class AgentSpec(
     output_format: OutputFormat | None = None
     """The answer's shape as the model is asked for it (from `output`, set when the agent
     file is loaded, or a request's own)."""
+    agent_tools: list[AgentTool] = []
+    """`[[agent_tools]]`: other agents the model may call as tools, each call a child run."""
+    remote_agents: list[RemoteAgent] = []
+    """`[[remote_agents]]`: A2A agents elsewhere the model may call as tools."""
+    handoffs: list[Identifier] = []
+    """Agents this one may hand the conversation to (the session's next runs go to them)."""
 
     def __post_init__(self) -> None:
         if self.harness.kind == "chat" and not self.model:
@@ -281,7 +320,18 @@ def load_agents(folder: Path | None = None) -> dict[str, AgentSpec]:
         if agent.name in agents:
             raise GatewayConfigError(f"agent {agent.name!r} is defined twice")
         agents[agent.name] = agent
+    _check_called_agents(agents)
     return agents
+
+
+def _check_called_agents(agents: dict[str, AgentSpec]) -> None:
+    """An agent that calls or hands off to an agent nobody defined is refused at start."""
+    for agent in agents.values():
+        for called in [t.agent for t in agent.agent_tools] + agent.handoffs:
+            if called not in agents:
+                raise GatewayConfigError(
+                    f"agent {agent.name!r} names agent {called!r}, which is not defined"
+                )
 
 
 def _check_model_settings(file: Path, table: object) -> None:
