@@ -147,7 +147,7 @@ class RunQueue:
         return LocalRun(
             request,
             agent,
-            self._ctx(request, agent, principal),
+            self._ctx(request, agent, principal, delivery.headers.get(h.AUTH, "")),
             _record(request, principal, delivery.attempt),
             records=self.records,
             tenants=self.tenants,
@@ -199,8 +199,20 @@ class RunQueue:
             )
         await self.book.completed(ctx, run.record, completed)
 
-    def _ctx(self, request: RunRequest, agent: AgentSpec, principal: Principal) -> h.RunContext:
+    def _ctx(
+        self, request: RunRequest, agent: AgentSpec, principal: Principal, auth: str
+    ) -> h.RunContext:
         memory = agent.memory.search_props() if agent.memory.offers_tool else {}
+        # A child run (an agent called as a tool) carries its tree, for its own calls' limits.
+        lineage = (
+            {
+                "parent_run_id": request.parent_run_id,
+                "root_run_id": request.root_run_id,
+                "depth": str(request.depth),
+            }
+            if request.parent_run_id
+            else {}
+        )
         return h.RunContext(
             run_id=request.run_id,
             session_id=request.session_id,
@@ -210,8 +222,11 @@ class RunQueue:
                 "tenant": principal.tenant,
                 "request_id": request.run_id,
                 **memory,
+                **lineage,
             },
             deadline=time.time() + self.run_timeout,
+            # Its own credential, never forwarded: the run starts its child runs with it.
+            auth=auth,
         )
 
 
@@ -249,4 +264,7 @@ def _record(request: RunRequest, principal: Principal, attempt: int) -> RunRecor
         updated_at=stamp,
         attempts=attempt,
         trace_id=trace.format_trace_id(span.trace_id) if span.is_valid else "",
+        parent_run_id=request.parent_run_id,
+        root_run_id=request.root_run_id,
+        depth=request.depth,
     )
