@@ -40,10 +40,22 @@ class MemoryPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     limit: Annotated[int, msgspec.Meta(ge=1, le=50)] = 5
     """Memories given to the model at most."""
     min_score: Annotated[float, msgspec.Meta(ge=-1, le=1)] | None = None
-    """Leave out hits scoring below this (keep it off or low with the default embedder)."""
+    """Leave out hits scoring below this; None: the memory service's relevance threshold for
+    its embedder (chosen on the labelled evaluation set); -1 keeps every hit."""
     store_user_statements: bool = False
     """At the end of each run, store what the user stated about themselves (facts, preferences,
-    constraints; never requests, questions or instructions: `recall.memorable_statements`)."""
+    constraints; never requests, questions, instructions or claims of authority)."""
+    store: Literal["rules", "model"] = "rules"
+    """How what to store is decided: `rules`, deterministic and offline (`runbus.memory_rules`,
+    six languages); `model`, the memory service asks `store_route` to extract the user's facts
+    in any language, checks them against the same rules and reconciles them with the user's
+    memories (add, update, delete, nothing)."""
+    store_route: str = ""
+    """Model route of the `model` policy's extraction call (required with it)."""
+
+    def __post_init__(self) -> None:
+        if self.store == "model" and not self.store_route.strip():
+            raise ValueError('memory store = "model" needs store_route: the route that extracts')
 
     @property
     def searches_before_invoke(self) -> bool:
@@ -63,6 +75,12 @@ class MemoryPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         if self.min_score is not None:
             props["memory_min_score"] = str(self.min_score)
         return props
+
+    def store_props(self) -> dict[str, str]:
+        """The trusted run properties that tell the memory service how to store a run's write."""
+        if self.store == "rules":
+            return {}
+        return {"memory_store": self.store, "memory_store_route": self.store_route.strip()}
 
 
 class CompactionPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
