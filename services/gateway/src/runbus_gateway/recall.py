@@ -87,12 +87,18 @@ def recall_query(inputs: list[ChatMessage]) -> str:
     """What recall searches with: every user message of the run's input, oldest first, cut
     from the front to `QUERY_MAX` so the latest words are kept. A question that only makes sense
     with the message before it ("And the return flight?") still finds what that one was about."""
-    text = "\n".join(m.text.strip() for m in inputs if m.role == "user" and m.text.strip())
+    text = "\n".join(m.text.strip() for m in _said_by_the_user(inputs))
     return text[-QUERY_MAX:].strip()
 
 
 def user_utterances(inputs: list[ChatMessage]) -> list[str]:
     """The user's messages of this run as they were written, for the model policy, which
     extracts facts in the memory service (never the assistant's words or any other role's)."""
-    texts = [m.text.strip()[:MAX_TEXT] for m in inputs if m.role == "user" and m.text.strip()]
+    texts = [m.text.strip()[:MAX_TEXT] for m in _said_by_the_user(inputs)]
     return texts[-UTTERANCES_MAX:]
+
+
+def _said_by_the_user(inputs: list[ChatMessage]) -> list[ChatMessage]:
+    """The user's own messages: role `user`, stamped `external` (recalled memories and other
+    context are `user`-role too), not blank."""
+    return [m for m in inputs if m.role == "user" and m.source == "external" and m.text.strip()]

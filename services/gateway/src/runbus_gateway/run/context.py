@@ -7,13 +7,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import msgspec
+
 from runbus.headers import RunContext
 from runbus.messages import ChatMessage, TextContent
 
 from ..agents import AgentSpec, MemoryPolicy
 from ..harness.runtime import Harness
 from ..harness.state import SessionState
-from ..recall import memorable_statements, recall_message
+from ..recall import memorable_statements, recall_message, recall_query, user_utterances
 from .ports import RunPorts
 from .state import Context, RunState
 
@@ -65,8 +67,10 @@ def before_step(providers: list["ContextProvider"], bag: Mapping[str, Any]) -> l
 
 
 class MemoryContext:
-    """Long-term memory: recalled before the run (`before_invoke`), and what the user stated
-    about themselves stored after it (`store_user_statements`)."""
+    """Long-term memory: recalled before the run (`before_invoke`) with the run's whole input as
+    the query, and after it the user's statements handed to the memory service's write stream:
+    the sentences the rules keep (`store = "rules"`), or the user's messages for the memory
+    service to extract facts from with a model and reconcile (`store = "model"`)."""
 
     def __init__(self, ports: RunPorts, ctx: RunContext, policy: MemoryPolicy) -> None:
         self.ports = ports
@@ -74,7 +78,7 @@ class MemoryContext:
         self.policy = policy
 
     async def before_run(self, start: RunStart) -> Context:
-        query = start.inputs[-1].text if start.inputs else ""
+        query = recall_query(start.inputs)
         if not (self.policy.searches_before_invoke and query):
             return NOTHING
         recalled = recall_message(await self.ports.search_memory(self.ctx, query, self.policy))
@@ -86,9 +90,15 @@ class MemoryContext:
     async def after_run(self, state: RunState) -> None:
         if not self.policy.store_user_statements:
             return
-        statements = memorable_statements(state.inputs)
-        if statements:
-            await self.ports.store_memory(self.ctx, statements)
+        if self.policy.store == "model":
+            texts = user_utterances(state.inputs)
+            # The policy travels as trusted run properties, like the search scope does.
+            props = {**self.ctx.props, **self.policy.store_props()}
+            ctx = msgspec.structs.replace(self.ctx, props=props)
+        else:
+            texts, ctx = memorable_statements(state.inputs), self.ctx
+        if texts:
+            await self.ports.store_memory(ctx, texts)
 
 
 class HarnessContext:
