@@ -14,6 +14,9 @@ from ._base import Message, Record
 from .chat import Source
 from .model import ToolSpec
 
+MemoryStatus = Literal["active", "superseded", "deleted"]
+"""An active memory is recalled; a superseded or deleted one is kept for audit only."""
+
 SearchScope = Literal["tenant", "user", "session", "agent"]
 """How wide a search looks: `user` = this tenant's user across all sessions (the default)."""
 
@@ -71,6 +74,13 @@ class MemoryHit(Record, frozen=True):
     """Agent it was stored through."""
     application_id: str = ""
     """Application it belongs to ("" for none)."""
+    status: MemoryStatus = "active"
+    """`active`, or retired by the model policy and kept for audit (only an audit listing,
+    `memory.list` with `include_retired`, shows retired memories)."""
+    superseded_by: str = ""
+    """Id of the memory that replaced this one (`superseded`)."""
+    retired_at: datetime | None = None
+    """When it was superseded or deleted; None while active."""
 
 
 class MemoryHits(Message, frozen=True, tag="memory.hits"):
@@ -85,6 +95,9 @@ class MemoryList(Message, frozen=True, tag="memory.list"):
     """At most this many memories per page."""
     cursor: str | None = None
     """`next_cursor` of the previous page; None starts at the beginning."""
+    include_retired: bool = False
+    """An audit read: also memories the model policy superseded or deleted (`status` says
+    which), which recall and search never return."""
 
 
 class MemoryListed(Message, frozen=True, tag="memory.listed"):
@@ -159,5 +172,11 @@ MEMORY_LIMIT_PROP: Final = "memory_limit"
 """Trusted run property: top-k of `memory_search` (default 5)."""
 MEMORY_MIN_SCORE_PROP: Final = "memory_min_score"
 """Trusted run property: score threshold of `memory_search` (default none)."""
+MEMORY_STORE_PROP: Final = "memory_store"
+"""Trusted run property on a memory write: `model` asks the memory service to extract the
+user's facts from the write's texts (the user's messages) with a model and reconcile them;
+absent, the texts are the statements to store (the gateway's rules kept them)."""
+MEMORY_STORE_ROUTE_PROP: Final = "memory_store_route"
+"""Trusted run property: the model route of the `model` store policy's extraction call."""
 APPLICATION_PROP: Final = "application_id"
 """Trusted run property: the application a memory belongs to, a partition inside the tenant."""
