@@ -1,11 +1,9 @@
 """A run is there from the moment its request is accepted: a detached run can be read (status
 `queued`) and followed at once, even while every slot is taken; to its owner only."""
 
-import asyncio
 from pathlib import Path
 
 import aiohttp
-import msgspec
 import nats
 import pytest
 
@@ -13,15 +11,11 @@ from runbus import ops
 from runbus.client import RunbusClient
 from runbus.errors import RemoteError
 from runbus.messages.runs import RunGet
-from runbus_examples import AGENTS_DIR
-from runbus_gateway.agents import load_agents
 from runbus_gateway.api import QUEUE_RECENT
-from tests.integration.ingress.conftest import ALICE, BOB, ingress
+from tests.integration.ingress.conftest import ALICE, BOB, ingress, one_slot_taken
 from tests.integration.ingress.test_runs_api import read_sse
-from tests.models import GatedModel, weather_then_answer
-from tests.stack import SecuredNats, start_stack
+from tests.stack import SecuredNats
 
-AGENTS = {"travel": msgspec.structs.replace(load_agents(AGENTS_DIR)["travel"], model="gated")}
 CAROL = {"Authorization": "Bearer dev-carol"}
 """A user of another tenant (globex; alice and bob are acme's)."""
 
@@ -29,19 +23,10 @@ CAROL = {"Authorization": "Bearer dev-carol"}
 async def test_a_detached_run_is_queued_and_followable_at_once_while_every_slot_is_taken(
     nats_server: SecuredNats, tmp_path: Path, alice: RunbusClient
 ) -> None:
-    model = GatedModel(weather_then_answer, hold={0})
     async with (
-        start_stack(
-            nats_server.url,
-            data_dir=tmp_path,
-            agents=AGENTS,
-            routes={"gated": model},
-            gateway_options={"run_concurrency": 1},
-        ),
+        one_slot_taken(nats_server, tmp_path, alice) as model,
         ingress(nats_server.url, keepalive=0.1) as (_, http),
     ):
-        await alice.start("travel", "Hi", session_id="busy")
-        await asyncio.wait_for(model.reached.wait(), 20)  # the only slot is taken
         body = {"agent": "travel", "text": "Weather?", "session_id": "waiting"}
         async with http.post("/v1/runs?detach=true", json=body, headers=ALICE) as response:
             detached_status = response.status
@@ -84,19 +69,10 @@ async def test_the_events_of_a_detached_run_are_followable_the_moment_it_is_acce
 async def test_another_users_or_tenants_queued_run_is_not_found(
     nats_server: SecuredNats, tmp_path: Path, alice: RunbusClient
 ) -> None:
-    model = GatedModel(weather_then_answer, hold={0})
     async with (
-        start_stack(
-            nats_server.url,
-            data_dir=tmp_path,
-            agents=AGENTS,
-            routes={"gated": model},
-            gateway_options={"run_concurrency": 1},
-        ),
+        one_slot_taken(nats_server, tmp_path, alice) as model,
         ingress(nats_server.url) as (_, http),
     ):
-        await alice.start("travel", "Hi", session_id="busy")
-        await asyncio.wait_for(model.reached.wait(), 20)
         body = {"agent": "travel", "text": "Weather?", "session_id": "mine"}
         async with http.post("/v1/runs?detach=true", json=body, headers=ALICE) as response:
             run_id = (await response.json())["run_id"]
@@ -127,16 +103,7 @@ async def test_a_run_queued_behind_many_others_is_queued_too(
     nats_server: SecuredNats, tmp_path: Path, alice: RunbusClient
 ) -> None:
     """The newest requests are read first; an older one is found reading the queue in order."""
-    model = GatedModel(weather_then_answer, hold={0})
-    async with start_stack(
-        nats_server.url,
-        data_dir=tmp_path,
-        agents=AGENTS,
-        routes={"gated": model},
-        gateway_options={"run_concurrency": 1},
-    ):
-        await alice.start("travel", "Hi", session_id="busy")
-        await asyncio.wait_for(model.reached.wait(), 20)
+    async with one_slot_taken(nats_server, tmp_path, alice) as model:
         early = await alice.start("travel", "Weather?", session_id="early")
         for index in range(2 * QUEUE_RECENT):
             await alice.start("travel", "Weather?", session_id=f"later-{index}")

@@ -19,15 +19,11 @@ from runbus import subjects
 from runbus.client import RunbusClient, SequencedEvent
 from runbus.messages import RunCompleted
 from runbus.messages.runs import RUN_EVENT_DECODER
-from runbus_examples import AGENTS_DIR
-from runbus_gateway.agents import load_agents
 from runbus_ingress.sse import event_type
 from tests.helpers import eventually
-from tests.integration.ingress.conftest import ALICE, BOB, ingress
+from tests.integration.ingress.conftest import ALICE, BOB, GATED_AGENTS, ingress, one_slot_taken
 from tests.models import GatedModel, weather_then_answer
 from tests.stack import SecuredNats, Stack, start_stack
-
-AGENTS = {"travel": msgspec.structs.replace(load_agents(AGENTS_DIR)["travel"], model="gated")}
 
 
 class SseEvent(NamedTuple):
@@ -236,7 +232,9 @@ async def test_cancel_ends_a_running_run_and_its_stream(
 ) -> None:
     model = GatedModel(weather_then_answer, hold={0})
     async with (
-        start_stack(nats_server.url, data_dir=tmp_path, agents=AGENTS, routes={"gated": model}),
+        start_stack(
+            nats_server.url, data_dir=tmp_path, agents=GATED_AGENTS, routes={"gated": model}
+        ),
         ingress(nats_server.url, keepalive=0.1) as (_, http),
     ):
         body = {"agent": "travel", "text": "Weather?", "run_id": "r-cancel"}
@@ -266,19 +264,10 @@ async def test_cancel_ends_a_running_run_and_its_stream(
 async def test_a_queued_run_gets_its_stream_at_once_and_its_events_when_it_starts(
     nats_server: SecuredNats, tmp_path: Path, alice: RunbusClient
 ) -> None:
-    model = GatedModel(weather_then_answer, hold={0})
     async with (
-        start_stack(
-            nats_server.url,
-            data_dir=tmp_path,
-            agents=AGENTS,
-            routes={"gated": model},
-            gateway_options={"run_concurrency": 1},
-        ),
+        one_slot_taken(nats_server, tmp_path, alice) as model,
         ingress(nats_server.url, keepalive=0.1) as (_, http),
     ):
-        await alice.start("travel", "Hi", session_id="busy")
-        await asyncio.wait_for(model.reached.wait(), 20)  # the only slot is taken
         body = {"agent": "travel", "text": "Weather?", "session_id": "queued"}
         async with http.post("/v1/runs", json=body, headers=ALICE) as response:
             status = response.status
@@ -296,7 +285,9 @@ async def test_a_client_that_hangs_up_mid_run_does_not_stop_the_run_and_can_resu
 ) -> None:
     model = GatedModel(weather_then_answer, hold={1})
     async with (
-        start_stack(nats_server.url, data_dir=tmp_path, agents=AGENTS, routes={"gated": model}),
+        start_stack(
+            nats_server.url, data_dir=tmp_path, agents=GATED_AGENTS, routes={"gated": model}
+        ),
         ingress(nats_server.url) as (_, http),
     ):
         body = {"agent": "travel", "text": "Weather?", "run_id": "r-gone"}
