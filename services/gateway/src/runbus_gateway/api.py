@@ -186,6 +186,8 @@ class ClientApi:
         records = await self.records.list(principal.tenant, principal.user_id)
         if request.session_id is not None:
             records = [r for r in records if r.session_id == request.session_id]
+        if request.parent_run_id is not None:
+            records = [r for r in records if r.parent_run_id == request.parent_run_id]
         records.sort(key=lambda r: r.created_at, reverse=True)
         return RunListed(records=records[: request.limit])
 
