@@ -24,7 +24,10 @@ from runbus.messages import (
     ModelResponse,
     ModelSettings,
     OutputFormat,
+    RunCompleted,
     RunEvent,
+    RunFailed,
+    RunRequest,
     ToolList,
     ToolSpec,
     encode,
@@ -50,6 +53,7 @@ from runbus.telemetry import inject, messaging_attributes
 from .agents import CompactionPolicy, MemoryPolicy
 from .approvals import Approvals
 from .catalog import ToolCatalogCache
+from .children import ChildRuns
 from .client_calls import ClientCalls
 from .event_stream import EventStream
 from .history_writes import store_checkpoint, store_compaction
@@ -203,6 +207,16 @@ class BusPorts:
         self, ctx: RunContext, call: FunctionCallContent
     ) -> FunctionResultContent:
         return await self.client_calls.wait(ctx.run_id, Owner.of(ctx), call)
+
+    @functools.cached_property
+    def children(self) -> ChildRuns:
+        """Child runs (agents called as tools), built on first use."""
+        return ChildRuns(self.bus)
+
+    async def call_agent(
+        self, ctx: RunContext, request: RunRequest, tool: str
+    ) -> RunCompleted | RunFailed:
+        return await self.children.call_agent(ctx, request, tool)
 
     async def append_history(
         self,

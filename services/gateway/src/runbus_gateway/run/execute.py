@@ -47,7 +47,8 @@ async def execute_run(
         run, state = await start(
             agent, ctx, ports, events, inputs, checkpoints, on_waiting, request.client_tools
         )
-        usage = await run_steps(run, state)
+        # What its child runs (agents called as tools) used is the run's too.
+        usage = await run_steps(run, state) + run.toolsets.child_usage()
     except BaseException:
         await release(checkpoints, state)
         raise

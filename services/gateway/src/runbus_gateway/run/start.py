@@ -12,8 +12,10 @@ from runbus.messages.memory import MEMORY_SEARCH_TOOL
 from runbus.messages.sessions import SessionOpened
 
 from ..agents import AgentSpec
+from ..errors import GatewayConfigError
 from ..harness.runtime import Harness
 from ..harness.state import SessionState
+from .agent_tools import AgentTools, ChildPorts
 from .checkpoints import Checkpointer
 from .context import (
     ContextProvider,
@@ -34,6 +36,7 @@ from .toolsets import (
     HarnessTools,
     MemorySearchTool,
     OnWaiting,
+    Toolset,
     check_client_tools,
 )
 
@@ -69,7 +72,12 @@ async def start(
     their tools, then load the state: the prompt is the instructions, recalled memory, the
     history, notices, the input, and whatever this run already produced."""
     harness = agent.runtime
-    own = [*agent.tools, MEMORY_SEARCH_TOOL.name, *(t.name for t in harness.tools)]
+    own = [
+        *agent.tools,
+        MEMORY_SEARCH_TOOL.name,
+        *(t.name for t in harness.tools),
+        *(t.tool_name for t in agent.agent_tools),
+    ]
     check_client_tools(agent.name, agent.client_tools, own, client_tools)
     opening = asyncio.ensure_future(_open_session(ports, ctx, agent))
     session = asyncio.ensure_future(_state_of(ports, ctx, opening))
@@ -81,6 +89,7 @@ async def start(
     toolsets = Toolsets(
         [
             approving(CatalogTools(ports, ctx, agent.tools)),
+            *_agent_tools(agent, ctx, ports, waiting, on_waiting),
             *([approving(MemorySearchTool(ports, ctx))] if agent.memory.offers_tool else []),
             HarnessTools(harness, session),
             *([ClientTools(client_tools, ports, ctx, waiting, on_waiting)] if client_tools else []),
@@ -126,3 +135,18 @@ async def _state_of(
     """The session's state bag, once it is open: one object for every reader and writer of
     the run, so their compare-and-set writes go one at a time."""
     return SessionState(ports, ctx, (await opening).record)
+
+
+def _agent_tools(
+    agent: AgentSpec,
+    ctx: RunContext,
+    ports: RunPorts,
+    waiting: set[str],
+    on_waiting: OnWaiting | None,
+) -> list[Toolset]:
+    """The toolsets of other agents the run may call: this gateway's (child runs)."""
+    if not agent.agent_tools:
+        return []
+    if not isinstance(ports, ChildPorts):
+        raise GatewayConfigError(f"agent {agent.name!r} calls agents; these ports cannot")
+    return [AgentTools(agent.agent_tools, ports, ctx, waiting, on_waiting)]

@@ -7,9 +7,10 @@ from typing import Final
 
 import msgspec
 
-from runbus.messages import FunctionCallContent, FunctionResultContent, ToolSpec
+from runbus.messages import FunctionCallContent, FunctionResultContent, ToolSpec, Usage
 from runbus.messages.tools import ToolInvoked
 
+from .agent_tools import AgentTools
 from .toolsets import ClientTools, Toolset
 
 TERMINATED_ERROR: Final = "not executed: the tool loop was terminated"
@@ -43,6 +44,14 @@ class Toolsets:
                 await toolset.hand_over(call)
                 handed.add(call.call_id)
         return handed
+
+    def child_usage(self) -> Usage:
+        """Tokens of the child runs (other agents called as tools) the run waited on."""
+        usage = Usage()
+        for toolset in self.toolsets:
+            if isinstance(toolset, AgentTools):
+                usage += toolset.usage
+        return usage
 
     def urgent(self, calls: Sequence[FunctionCallContent]) -> bool:
         """Whether the results of `calls` must be stored at once (`Toolset.urgent`)."""

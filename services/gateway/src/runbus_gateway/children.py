@@ -1,0 +1,147 @@
+"""Child runs over the bus: the request published into the run queue with the parent's own
+credential and trace, and the wait for the child's final event in the events stream — which
+keeps it for a parent that comes back after a restart. A cancel of the parent, heard on its
+cancel subject while it waits, is passed on to the child."""
+
+import asyncio
+import contextlib
+import uuid
+from typing import Final
+
+import nats.errors
+import nats.js.errors
+import structlog
+from nats.aio.msg import Msg
+from nats.js.api import ConsumerConfig, DeliverPolicy
+from opentelemetry.trace import SpanKind
+
+from runbus import headers as h
+from runbus import subjects
+from runbus.bus import Bus
+from runbus.headers import RunContext
+from runbus.messages import ErrorInfo, RunCompleted, RunFailed, RunRequest, encode
+from runbus.messages.runs import RUN_EVENT_DECODER
+from runbus.telemetry import inject, messaging_attributes
+
+WAIT_SLICE: Final = 5.0
+"""Seconds between looks at the parent's deadline while its child has nothing to say."""
+
+log = structlog.get_logger()
+
+
+class ChildRuns:
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
+
+    async def call_agent(
+        self, ctx: RunContext, request: RunRequest, tool: str
+    ) -> RunCompleted | RunFailed:
+        tenant, user_id = ctx.prop("tenant"), ctx.prop("user_id")
+        child = request.run_id
+        with self.bus.tracer.start_as_current_span(
+            f"execute_tool {tool}",
+            kind=SpanKind.INTERNAL,
+            attributes={
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": tool,
+                "gen_ai.agent.name": request.agent,
+                "runbus.run_id": ctx.run_id,
+                "runbus.child_run_id": child,
+            },
+        ):
+
+            async def on_parent_cancel(_: Msg) -> None:
+                await self._cancel(tenant, user_id, child)
+
+            cancels = await self.bus.nc.subscribe(
+                subjects.run_cancel(tenant, user_id, ctx.run_id), cb=on_parent_cancel
+            )
+            try:
+                events = subjects.events(tenant, user_id, child)
+                if await self._last_event(events) is None:
+                    await self._publish(ctx, request)
+                else:
+                    log.info("child_run_found", run_id=ctx.run_id, child_run_id=child)
+                return await self._final_event(ctx, events, child)
+            finally:
+                with contextlib.suppress(nats.errors.ConnectionClosedError):
+                    await cancels.unsubscribe()
+
+    async def _publish(self, ctx: RunContext, request: RunRequest) -> None:
+        """Into the run queue, deduped by the child's id (a second delivery of the parent
+        publishing again within the window is dropped), as the parent's owner."""
+        subject = subjects.runs(request.agent)
+        data = encode(request)
+        with self.bus.tracer.start_as_current_span(
+            f"send {subjects.RUNS_TEMPLATE}",
+            kind=SpanKind.PRODUCER,
+            attributes=messaging_attributes(subject, "send", message_size=len(data)),
+        ):
+            headers = {h.AUTH: ctx.auth, h.MSG_ID: request.run_id}
+            inject(headers)
+            await self.bus.stream_publish(subject, data, headers)
+        log.info(
+            "child_run_started",
+            run_id=ctx.run_id,
+            child_run_id=request.run_id,
+            agent=request.agent,
+            depth=request.depth,
+        )
+
+    async def _last_event(self, events: str) -> bytes | None:
+        try:
+            msg = await self.bus.js.get_last_msg(subjects.EVENTS_STREAM, events)
+        except nats.js.errors.NotFoundError:
+            return None
+        return msg.data
+
+    async def _final_event(
+        self, ctx: RunContext, events: str, child: str
+    ) -> RunCompleted | RunFailed:
+        """The child's `run.completed` or `run.failed`: its last stored event first (it may
+        have ended while nobody waited), then what it publishes, until the parent's deadline
+        (the child is cancelled then)."""
+        arrived: asyncio.Queue[Msg] = asyncio.Queue()
+
+        async def on_event(msg: Msg) -> None:
+            arrived.put_nowait(msg)
+
+        subscription = await self.bus.js.subscribe(
+            events,
+            stream=subjects.EVENTS_STREAM,
+            ordered_consumer=True,
+            config=ConsumerConfig(
+                name=f"child-{uuid.uuid4().hex}", deliver_policy=DeliverPolicy.LAST_PER_SUBJECT
+            ),
+            cb=on_event,
+        )
+        try:
+            while True:
+                left = ctx.time_left()
+                if left is not None and left <= 0:
+                    await self._cancel(ctx.prop("tenant"), ctx.prop("user_id"), child)
+                    return RunFailed(
+                        run_id=child,
+                        error=ErrorInfo(
+                            code="deadline_exceeded",
+                            message="the calling run's deadline passed before the agent answered",
+                        ),
+                    )
+                try:
+                    async with asyncio.timeout(
+                        WAIT_SLICE if left is None else min(left, WAIT_SLICE)
+                    ):
+                        msg = await arrived.get()
+                except TimeoutError:
+                    continue
+                event = RUN_EVENT_DECODER.decode(msg.data)
+                if isinstance(event, RunCompleted | RunFailed) and event.run_id == child:
+                    return event
+        finally:
+            with contextlib.suppress(nats.errors.Error):
+                await subscription.unsubscribe()
+
+    async def _cancel(self, tenant: str, user_id: str, child: str) -> None:
+        log.info("child_run_cancelling", child_run_id=child)
+        with contextlib.suppress(nats.errors.Error):
+            await self.bus.nc.publish(subjects.run_cancel(tenant, user_id, child), b"")

@@ -1,0 +1,149 @@
+"""Agents as tools: a call of another agent is a child run on the bus — the same owner, its
+parent in its record, one trace — whose answer is the call's result; its usage rolls up, a
+cancel of the parent reaches it, and the depth limit is a typed error the model reads."""
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+
+import nats
+import pytest
+
+from runbus import ops
+from runbus.client import RunbusClient
+from runbus.errors import RemoteError
+from runbus.messages import HistoryLoad, RunCompleted, RunFailed, RunToolResult
+from runbus.messages.runs import RunCancel, RunGet, RunList, RunRecord
+from runbus_gateway.run.agent_tools import MAX_DEPTH, child_run_id
+from tests.helpers import eventually
+from tests.multi_agent import AGENTS, USAGE, AgentsModel
+from tests.stack import SecuredNats, Stack, start_stack
+
+
+def stack(
+    nats_server: SecuredNats, data_dir: Path, model: AgentsModel
+) -> AbstractAsyncContextManager[Stack]:
+    return start_stack(
+        nats_server.url,
+        data_dir=data_dir,
+        agents=AGENTS,
+        routes={"agents": model},
+        gateway_options={"ack_wait": 1.0, "stop_grace": 0.2},
+    )
+
+
+@pytest.fixture
+async def users(nats_server: SecuredNats) -> AsyncIterator[dict[str, RunbusClient]]:
+    clients = {
+        n: RunbusClient(await nats.connect(nats_server.url), token=f"dev-{n}")
+        for n in ("alice", "bob", "carol")
+    }
+    yield clients
+    for client in clients.values():
+        await client.nc.drain()
+
+
+async def final(client: RunbusClient, run_id: str) -> RunCompleted | RunFailed:
+    async for item in client.follow(run_id, timeout=20):
+        if isinstance(item.event, RunCompleted | RunFailed):
+            return item.event
+    raise AssertionError("no final event")
+
+
+async def children(client: RunbusClient, run_id: str) -> Sequence[RunRecord]:
+    listed = await client.call(ops.API_RUNS_LIST, RunList(parent_run_id=run_id))
+    return listed.records
+
+
+async def test_an_agent_called_as_a_tool_runs_as_a_child_run_whose_answer_is_the_result(
+    nats_server: SecuredNats, tmp_path: Path, users: dict[str, RunbusClient]
+) -> None:
+    alice = users["alice"]
+    model = AgentsModel()
+    async with stack(nats_server, tmp_path, model):
+        run_id = await alice.start("triage", "Get me to Melbourne", session_id="trip")
+        ended = await final(alice, run_id)
+        child = child_run_id(run_id, "c-ask")
+        parent = (await alice.call(ops.API_RUNS_GET, RunGet(run_id=run_id))).record
+        kids = await eventually(lambda: children(alice, run_id))
+        history = await alice.call(ops.HISTORY_LOAD, HistoryLoad(session_id="trip"))
+        results = [
+            i.event async for i in alice.follow(run_id) if isinstance(i.event, RunToolResult)
+        ]
+
+    assert isinstance(ended, RunCompleted)
+    answer = "QF1 09:00 for 'SYD to MEL on Friday'"
+    assert ended.text == f"triage heard: {answer}"
+    [record] = kids
+    assert (record.run_id, record.agent, record.status) == (child, "flights", "completed")
+    assert (record.parent_run_id, record.root_run_id, record.depth) == (run_id, run_id, 1)
+    assert (record.tenant, record.user_id) == ("acme", "alice")
+    assert record.session_id != "trip"  # a conversation of its own
+    # One trace holds the parent and its child.
+    assert record.trace_id
+    assert record.trace_id == parent.trace_id
+    # Two model calls of the parent and one of the child, all in the parent's usage.
+    assert ended.usage == USAGE + USAGE + USAGE
+    assert [r.result.result for r in results] == [answer]
+    stored = [r.result for m in history.messages for r in m.function_results]
+    assert stored == [answer]
+
+
+async def test_cancelling_the_parent_cancels_the_child_it_waits_on(
+    nats_server: SecuredNats, tmp_path: Path, users: dict[str, RunbusClient]
+) -> None:
+    alice = users["alice"]
+    model = AgentsModel(hold_flights=True)
+    async with stack(nats_server, tmp_path, model):
+        run_id = await alice.start("triage", "Get me to Melbourne", session_id="trip")
+        await asyncio.wait_for(model.reached.wait(), 10)
+        child = child_run_id(run_id, "c-ask")
+        await alice.call(ops.API_RUNS_CANCEL, RunCancel(run_id=run_id))
+        ended, child_ended = await asyncio.gather(final(alice, run_id), final(alice, child))
+
+    assert isinstance(ended, RunFailed)
+    assert isinstance(child_ended, RunFailed)
+    assert (ended.error.code, child_ended.error.code) == ("cancelled", "cancelled")
+
+
+async def test_an_agent_calling_past_the_depth_limit_reads_a_typed_error_and_the_tree_answers(
+    nats_server: SecuredNats, tmp_path: Path, users: dict[str, RunbusClient]
+) -> None:
+    alice = users["alice"]
+    model = AgentsModel()
+    async with stack(nats_server, tmp_path, model):
+        run_id = await alice.start("deep", "Go deep", session_id="deep")
+        ended = await final(alice, run_id)
+        listed = await alice.call(ops.API_RUNS_LIST, RunList(limit=100))
+
+    assert isinstance(ended, RunCompleted)
+    # The deepest child was refused its call; each parent answered with its child's answer.
+    assert ended.text.count("deep heard: ") == MAX_DEPTH + 1
+    assert "agent_call_depth: " in ended.text
+    tree = sorted(r.depth for r in listed.records if r.root_run_id in (run_id, ""))
+    assert tree == list(range(MAX_DEPTH + 1))
+
+
+async def test_another_user_or_tenant_can_neither_list_nor_cancel_the_children_of_a_run(
+    nats_server: SecuredNats, tmp_path: Path, users: dict[str, RunbusClient]
+) -> None:
+    alice = users["alice"]
+    model = AgentsModel(hold_flights=True)
+    async with stack(nats_server, tmp_path, model):
+        run_id = await alice.start("triage", "Get me to Melbourne", session_id="trip")
+        await asyncio.wait_for(model.reached.wait(), 10)
+        child = child_run_id(run_id, "c-ask")
+        await eventually(lambda: children(alice, run_id))
+        seen = {n: await children(users[n], run_id) for n in ("bob", "carol")}
+        refused = {}
+        for attacker in ("bob", "carol"):
+            with pytest.raises(RemoteError) as cancel:
+                await users[attacker].call(ops.API_RUNS_CANCEL, RunCancel(run_id=child))
+            refused[attacker] = cancel.value.remote_code
+        model.release.set()
+        ended = await final(alice, run_id)
+
+    assert seen == {"bob": [], "carol": []}
+    assert refused == {"bob": "not_found", "carol": "not_found"}
+    assert isinstance(ended, RunCompleted)
