@@ -2,6 +2,7 @@
 child run), and one model backend that answers as whichever agent's instructions it reads."""
 
 import asyncio
+from collections.abc import Collection
 from datetime import UTC, datetime
 
 from runbus.messages import ChatMessage, ModelRequest, ModelResponse, Usage
@@ -36,13 +37,13 @@ USAGE = Usage(input_tokens=10, output_tokens=5)
 
 
 class AgentsModel:
-    """Answers as the agent whose instructions open the prompt. `hold_flights`: the flights
-    agent waits for `release` (to catch its child run mid-flight)."""
+    """Answers as the agent whose instructions open the prompt. `hold`: the (agent, step)
+    model calls that wait for `release` (to catch a run mid-flight)."""
 
     name = "agents"
 
-    def __init__(self, *, hold_flights: bool = False) -> None:
-        self.hold_flights = hold_flights
+    def __init__(self, *, hold: Collection[tuple[str, int]] = ()) -> None:
+        self.hold = set(hold)
         self.release = asyncio.Event()
         self.reached = asyncio.Event()
         self.requests: list[ModelRequest] = []
@@ -53,7 +54,7 @@ class AgentsModel:
     async def complete(self, request: ModelRequest, on_delta: OnDelta) -> ModelResponse:
         self.requests.append(request)
         agent, step = _agent(request), turn_step(request)
-        if agent == "flights" and self.hold_flights:
+        if (agent, step) in self.hold:
             self.reached.set()
             await self.release.wait()
         message = _reply(agent, step, request)

@@ -94,7 +94,7 @@ async def test_cancelling_the_parent_cancels_the_child_it_waits_on(
     nats_server: SecuredNats, tmp_path: Path, users: dict[str, RunbusClient]
 ) -> None:
     alice = users["alice"]
-    model = AgentsModel(hold_flights=True)
+    model = AgentsModel(hold={("flights", 0)})
     async with stack(nats_server, tmp_path, model):
         run_id = await alice.start("triage", "Get me to Melbourne", session_id="trip")
         await asyncio.wait_for(model.reached.wait(), 10)
@@ -129,7 +129,7 @@ async def test_another_user_or_tenant_can_neither_list_nor_cancel_the_children_o
     nats_server: SecuredNats, tmp_path: Path, users: dict[str, RunbusClient]
 ) -> None:
     alice = users["alice"]
-    model = AgentsModel(hold_flights=True)
+    model = AgentsModel(hold={("flights", 0)})
     async with stack(nats_server, tmp_path, model):
         run_id = await alice.start("triage", "Get me to Melbourne", session_id="trip")
         await asyncio.wait_for(model.reached.wait(), 10)
