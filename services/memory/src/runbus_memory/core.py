@@ -19,10 +19,12 @@ from runbus.messages.memory import (
     MEMORY_SEARCH_TOOL_QUERY_MAX,
     SCOPE_FIELDS,
     MemoryForget,
+    MemoryStatus,
     MemoryStore,
     SearchScope,
 )
 
+from .catalog import MINILM_NAME
 from .errors import (
     BadForget,
     BadTrustedProperty,
@@ -130,9 +132,18 @@ class MemoryRecord:
     text: str
     scope: StorageScope
     created_at: datetime
+    status: MemoryStatus = "active"
+    """Only `active` memories are searched and recalled; retired ones are kept for audit."""
+    write_id: str = ""
+    """The write that made it under the model policy (its run), so a replay finds it."""
+    superseded_by: str = ""
+    """Id of the memory that replaced it (`superseded`)."""
+    retired_at: datetime | None = None
+    retired_by: str = ""
+    """The write that retired it, so a replay of that write finds it was applied."""
 
     def payload(self) -> dict[str, str]:
-        return {
+        payload = {
             "text": self.text,
             "tenant": self.scope.tenant,
             "application_id": self.scope.application_id,
@@ -140,10 +151,22 @@ class MemoryRecord:
             "session_id": self.scope.session_id,
             "agent_id": self.scope.agent_id,
             "created_at": self.created_at.isoformat(),
+            "status": self.status,
         }
+        for key, value in (
+            ("write_id", self.write_id),
+            ("superseded_by", self.superseded_by),
+            ("retired_at", self.retired_at.isoformat() if self.retired_at else ""),
+            ("retired_by", self.retired_by),
+        ):
+            if value:
+                payload[key] = value
+        return payload
 
     @classmethod
     def from_payload(cls, memory_id: str, payload: dict[str, Any]) -> "MemoryRecord":
+        retired_at = payload.get("retired_at")
+        status = str(payload.get("status", "active"))
         return cls(
             memory_id=memory_id,
             text=str(payload["text"]),
@@ -155,7 +178,17 @@ class MemoryRecord:
                 application_id=str(payload.get("application_id", "")),
             ),
             created_at=datetime.fromisoformat(str(payload["created_at"])),
+            status=status if status in RETIRED else "active",  # type: ignore[arg-type]
+            write_id=str(payload.get("write_id", "")),
+            superseded_by=str(payload.get("superseded_by", "")),
+            retired_at=datetime.fromisoformat(str(retired_at)) if retired_at else None,
+            retired_by=str(payload.get("retired_by", "")),
         )
+
+
+RETIRED: Final = ("superseded", "deleted")
+"""Statuses of memories kept for audit and never searched (memories stored before statuses
+existed have none and are active)."""
 
 
 def normalise(text: str) -> str:
@@ -205,18 +238,39 @@ def records_to_store(
     return list(unique.values())
 
 
+TIE: Final = 0.01
+"""Scores this close rank as equal, and the newer memory comes first."""
+
+
 def distinct(
     found: list[tuple[MemoryRecord, float]], limit: int
 ) -> list[tuple[MemoryRecord, float]]:
-    """Best hit per fact: the same statement stored from several sessions is recalled once."""
+    """Best hit per fact, best first with recency as the tie-breaker: the same statement
+    stored from several sessions is recalled once, and of two equally close memories the one
+    the user said last comes first."""
+    ranked = sorted(found, key=lambda hit: (-round(hit[1] / TIE), -hit[0].created_at.timestamp()))
     seen: set[str] = set()
     kept = []
-    for record, score in found:
+    for record, score in ranked:
         key = normalise(record.text)
         if key not in seen:
             seen.add(key)
             kept.append((record, score))
     return kept[:limit]
+
+
+RELEVANCE: Final[dict[str, float]] = {
+    MINILM_NAME: 0.2,
+    "hashing": 0.1,
+}
+"""A search with no `min_score` leaves out hits below its embedder's threshold, chosen on the
+labelled evaluation set (`data/eval.json`, `bench/memory_eval.py`); an embedder not listed
+here has none."""
+
+
+def relevance_threshold(embedder: str, min_score: float | None) -> float | None:
+    """The threshold a search applies: the caller's, else the embedder's calibrated one."""
+    return min_score if min_score is not None else RELEVANCE.get(embedder)
 
 
 def forget_selector(request: MemoryForget) -> tuple[str, list[str] | str | None]:

@@ -17,6 +17,7 @@ from qdrant_edge import (
     HasIdCondition,
     IsEmptyCondition,
     KeywordIndexParams,
+    MatchAny,
     MatchValue,
     PayloadSchemaType,
     Point,
@@ -26,7 +27,7 @@ from qdrant_edge import (
     UpdateOperation,
 )
 
-from .core import Match, MemoryRecord
+from .core import RETIRED, Match, MemoryRecord
 from .errors import EmbedderMismatch, VectorSizeMismatch
 from .stores import EMBEDDER_KEY, KEYWORD_FIELDS, UNRECORDED_EMBEDDER
 
@@ -115,7 +116,7 @@ class EdgeStore:
         request = QueryRequest(
             limit=limit,
             query=Query.Nearest(vector),
-            filter=_filter(match),
+            filter=_filter(match, active=True),
             score_threshold=min_score,
             with_payload=True,
         )
@@ -123,10 +124,14 @@ class EdgeStore:
         return [(MemoryRecord.from_payload(str(p.id), p.payload or {}), p.score) for p in found]
 
     async def scroll(
-        self, match: Match, limit: int, cursor: str | None = None
+        self, match: Match, limit: int, cursor: str | None = None, *, retired: bool = False
     ) -> tuple[list[MemoryRecord], str | None]:
         request = ScrollRequest(
-            offset=cursor, limit=limit, filter=_filter(match), with_payload=True, with_vector=False
+            offset=cursor,
+            limit=limit,
+            filter=_filter(match, active=not retired),
+            with_payload=True,
+            with_vector=False,
         )
         points, next_offset = await asyncio.to_thread(self.shard.scroll, request)
         records = [MemoryRecord.from_payload(str(p.id), p.payload or {}) for p in points]
@@ -144,8 +149,9 @@ class EdgeStore:
                 await asyncio.to_thread(self.shard.flush)
         return int(doomed)
 
-    async def count(self, match: Match) -> int:
-        counted = await asyncio.to_thread(self.shard.count, CountRequest(filter=_filter(match)))
+    async def count(self, match: Match, *, retired: bool = False) -> int:
+        selector = _filter(match, active=not retired)
+        counted = await asyncio.to_thread(self.shard.count, CountRequest(filter=selector))
         return int(counted)
 
     async def close(self) -> None:
@@ -179,13 +185,15 @@ def _open_shard(path: Path, dimension: int) -> EdgeShard:
     return shard
 
 
-def _filter(match: Match, memory_ids: list[str] | None = None) -> Filter:
+def _filter(match: Match, memory_ids: list[str] | None = None, *, active: bool = False) -> Filter:
+    """`match` (and `memory_ids`); `active`: leaving out memories retired for audit."""
     must: list[FieldCondition | HasIdCondition] = [
         FieldCondition(key, match=MatchValue(value)) for key, value in match.items()
     ]
     if memory_ids is not None:
         must.append(HasIdCondition(set(memory_ids)))
-    return Filter(must=must)  # type: ignore[arg-type]  # the stub's list is invariant
+    must_not = [FieldCondition("status", match=MatchAny(list(RETIRED)))] if active else None
+    return Filter(must=must, must_not=must_not)  # type: ignore[arg-type]  # invariant list
 
 
 def _check_embedder(shard: EdgeShard, path: Path, embedder: str) -> None:

@@ -40,14 +40,37 @@ class Memories:
         return distinct(await self.store.search(vector, match, fetch, min_score), limit)
 
     async def scroll(
-        self, scope: StorageScope, session_id: str | None, limit: int, cursor: str | None
+        self,
+        scope: StorageScope,
+        session_id: str | None,
+        limit: int,
+        cursor: str | None,
+        *,
+        retired: bool = False,
     ) -> tuple[list[MemoryRecord], str | None]:
         match = scope.owner()
         if session_id is not None:
             match["session_id"] = session_id
         if cursor is not None and not _is_uuid(cursor):
             raise BadRequest(f"cursor {cursor[:64]!r} is not one this service gave out")
-        return await self.store.scroll(match, limit, cursor)
+        return await self.store.scroll(match, limit, cursor, retired=retired)
+
+    async def nearest(
+        self, scope: StorageScope, texts: list[str], limit: int
+    ) -> list[MemoryRecord]:
+        """The user's active memories closest to `texts` (every session and agent of the
+        user in this application), with no threshold: what new facts are reconciled with."""
+        found = await self.search("\n".join(texts), scope.match_filter(["user_id"]), limit)
+        return [record for record, _ in found]
+
+    async def applied(self, scope: StorageScope, write_id: str) -> bool:
+        """Whether a write of the model policy already reached the store: a memory it made or
+        retired names it."""
+        owner = scope.owner()
+        made = await self.store.count({**owner, "write_id": write_id}, retired=True)
+        return (
+            made > 0 or await self.store.count({**owner, "retired_by": write_id}, retired=True) > 0
+        )
 
     async def forget_ids(self, scope: StorageScope, memory_ids: list[str]) -> int:
         # An id that is no UUID names no memory; the owner filter keeps others' ids inert.

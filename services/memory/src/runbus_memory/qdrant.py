@@ -2,7 +2,7 @@
 
 from qdrant_client import AsyncQdrantClient, models
 
-from .core import Match, MemoryRecord
+from .core import RETIRED, Match, MemoryRecord
 from .errors import EmbedderMismatch, VectorSizeMismatch
 from .stores import COLLECTION, EMBEDDER_KEY, KEYWORD_FIELDS, UNRECORDED_EMBEDDER
 
@@ -111,7 +111,7 @@ class QdrantClientStore:
         response = await self.client.query_points(
             self.collection,
             query=vector,
-            query_filter=_filter(match),
+            query_filter=_filter(match, active=True),
             limit=limit,
             score_threshold=min_score,
             with_payload=True,
@@ -122,11 +122,11 @@ class QdrantClientStore:
         ]
 
     async def scroll(
-        self, match: Match, limit: int, cursor: str | None = None
+        self, match: Match, limit: int, cursor: str | None = None, *, retired: bool = False
     ) -> tuple[list[MemoryRecord], str | None]:
         points, next_offset = await self.client.scroll(
             self.collection,
-            scroll_filter=_filter(match),
+            scroll_filter=_filter(match, active=not retired),
             limit=limit,
             offset=cursor,
             with_payload=True,
@@ -141,8 +141,8 @@ class QdrantClientStore:
             await self.client.delete(self.collection, points_selector=selector, wait=True)
         return doomed
 
-    async def count(self, match: Match) -> int:
-        return await self.count_filter(_filter(match))
+    async def count(self, match: Match, *, retired: bool = False) -> int:
+        return await self.count_filter(_filter(match, active=not retired))
 
     async def count_filter(self, selector: models.Filter) -> int:
         result = await self.client.count(self.collection, count_filter=selector, exact=True)
@@ -152,10 +152,17 @@ class QdrantClientStore:
         await self.client.close()
 
 
-def _filter(match: Match, memory_ids: list[str] | None = None) -> models.Filter:
+def _filter(
+    match: Match, memory_ids: list[str] | None = None, *, active: bool = False
+) -> models.Filter:
+    """`match` (and `memory_ids`); `active`: leaving out memories retired for audit."""
     must: list[models.Condition] = [
         models.FieldCondition(key=k, match=models.MatchValue(value=v)) for k, v in match.items()
     ]
     if memory_ids is not None:
         must.append(models.HasIdCondition(has_id=list(memory_ids)))
-    return models.Filter(must=must)
+    must_not: list[models.Condition] | None = None
+    if active:
+        retired = models.MatchAny(any=list(RETIRED))
+        must_not = [models.FieldCondition(key="status", match=retired)]
+    return models.Filter(must=must, must_not=must_not)

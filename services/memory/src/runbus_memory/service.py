@@ -4,7 +4,9 @@ through the `runbus.memory.writes` stream), search in the agent's search scope, 
 
 import asyncio
 import contextlib
+import uuid
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final, Self
 
@@ -17,12 +19,21 @@ from opentelemetry.trace import Status, StatusCode
 
 from runbus import ops, progress, subjects
 from runbus.consumer import ConsumerSpec, Delivery, DurableConsumer
-from runbus.errors import BadRequest, InternalError, RunbusError
+from runbus.errors import (
+    BadRequest,
+    InternalError,
+    NotFound,
+    RemoteError,
+    RunbusError,
+    Unauthenticated,
+)
 from runbus.headers import RunContext
 from runbus.jetstream import ensure_stream
-from runbus.messages import FunctionResultContent, ToolInvoke, ToolInvoked
+from runbus.messages import FunctionResultContent, ModelRequest, ToolInvoke, ToolInvoked
 from runbus.messages.memory import (
     MEMORY_SEARCH_TOOL,
+    MEMORY_STORE_PROP,
+    MEMORY_STORE_ROUTE_PROP,
     MemoryForget,
     MemoryForgotten,
     MemoryHit,
@@ -38,11 +49,13 @@ from runbus.messages.memory import (
 from runbus.service import DEFAULT_OPTIONS, Endpoint, Service, ServiceOptions, as_runbus_error
 from runbus.settings import Settings
 
+from . import reconcile
 from .core import (
     MemoryRecord,
     StorageScope,
     forget_selector,
     records_to_store,
+    relevance_threshold,
     search_match,
     tool_search,
 )
@@ -63,6 +76,12 @@ RETRY_DELAYS: Final = (1.0, 2.0, 5.0, 15.0, 60.0)
 """Backoff of a write that failed to store, by delivery; the last one repeats. There is no
 delivery limit: a write waits out an embedder or store outage instead of being lost."""
 FETCH_TURNS: Final = 8
+EXTRACTION_TIMEOUT: Final = 120.0
+"""Seconds the model policy's extraction call may take (a local model on a CPU is slow); the
+write is kept in progress meanwhile, so its ack wait does not run out."""
+PERMANENT: Final = frozenset({"bad_request", "not_found", "unauthenticated", "message_too_large"})
+"""Error codes of a model call that a retry will not cure (an unknown route): the write is
+dropped and logged, not retried."""
 SETTLE_WAIT: Final = 0.5
 """Seconds a search waits for writes this replica already holds, so a fact stated in one run
 is found by the next one (read-your-writes within a replica)."""
@@ -241,7 +260,13 @@ class MemoryService(Service):
     # -- request/reply --------------------------------------------------------------------
 
     async def on_store(self, ctx: RunContext, request: MemoryStore) -> MemoryStored:
-        records = records_to_store(StorageScope.from_context(ctx), request)
+        scope = StorageScope.from_context(ctx)
+        records = records_to_store(scope, request)
+        if ctx.prop(MEMORY_STORE_PROP) == "model":
+            write_id = ctx.run_id or str(uuid.uuid4())
+            texts = [r.text for r in records]
+            plan = await self._remember(ctx, scope, texts, write_id, datetime.now(UTC))
+            return MemoryStored(memory_ids=[r.memory_id for r in plan.stored])
         await self.memories.upsert(records)
         return MemoryStored(memory_ids=[r.memory_id for r in records])
 
@@ -252,18 +277,27 @@ class MemoryService(Service):
             self._log_unscoped(ctx.agent)
             return MemoryHits(hits=[])
         await self._settle_writes()
-        found = await self.memories.search(request.query, match, request.limit, request.min_score)
+        threshold = relevance_threshold(self.memories.embedder.name, request.min_score)
+        found = await self.memories.search(request.query, match, request.limit, threshold)
         return MemoryHits(hits=[_hit(record, score) for record, score in found])
 
     async def on_find(self, ctx: RunContext, request: MemorySearch) -> MemoryHits:
         """A client searching its own memories (`runbus memory search`): user scope only."""
         if request.scope != "user" or request.match not in (None, ["user_id"]):
             raise FindOutsideOwnScope()
-        return await self.on_search(ctx, msgspec.structs.replace(request, match=None))
+        # A person looking through their own memories sees every match, ranked.
+        min_score = -1.0 if request.min_score is None else request.min_score
+        return await self.on_search(
+            ctx, msgspec.structs.replace(request, match=None, min_score=min_score)
+        )
 
     async def on_list(self, ctx: RunContext, request: MemoryList) -> MemoryListed:
         records, cursor = await self.memories.scroll(
-            StorageScope.from_context(ctx), request.session_id, request.limit, request.cursor
+            StorageScope.from_context(ctx),
+            request.session_id,
+            request.limit,
+            request.cursor,
+            retired=request.include_retired,
         )
         return MemoryListed(memories=[_hit(r, 1.0) for r in records], next_cursor=cursor)
 
@@ -330,9 +364,8 @@ class MemoryService(Service):
                     arguments=list(search.discarded),
                 )
             await self._settle_writes()
-            found = await self.memories.search(
-                search.query, search.match, search.limit, search.min_score
-            )
+            threshold = relevance_threshold(self.memories.embedder.name, search.min_score)
+            found = await self.memories.search(search.query, search.match, search.limit, threshold)
         memories = [
             {"text": r.text, "stored_at": r.created_at.isoformat(), "score": round(score, 3)}
             for r, score in found
@@ -357,6 +390,79 @@ class MemoryService(Service):
         write = QueuedWrite(delivery=delivery, records=records)
         await self._inbox.put(write)
         await write.done.wait()
+
+    async def _extract(self, delivery: Delivery, ctx: RunContext, texts: list[str]) -> None:
+        """A write of the model policy, on its own (a model call is too slow to batch): the
+        facts extracted, checked and reconciled, then acked. A replay of a write that reached
+        the store does nothing; a model or store that failed for a passing reason is retried."""
+        metadata = delivery.msg.metadata
+        # Stamped with the publish time and keyed by the run, so a replay plans the same.
+        at = metadata.timestamp or datetime.now(UTC)
+        write_id = ctx.run_id or f"stream-{metadata.sequence.stream}"
+        keep_alive = asyncio.create_task(self._keep_in_progress(delivery))
+        try:
+            await self._remember(ctx, StorageScope.from_context(ctx), texts, write_id, at)
+        except reconcile.ExtractionInvalid as exc:
+            self.log.warning("memory_extraction_invalid", run_id=ctx.run_id, problem=exc.problem)
+        except Exception as exc:
+            error = as_runbus_error(exc)
+            if _permanent(error):
+                self.log.warning(
+                    "memory_write_refused", run_id=ctx.run_id, code=error.code, reason=str(exc)
+                )
+                await delivery.term()
+            else:
+                await self._retry_later(delivery)
+        finally:
+            keep_alive.cancel()
+
+    async def _remember(
+        self, ctx: RunContext, scope: StorageScope, texts: list[str], write_id: str, at: datetime
+    ) -> reconcile.Plan:
+        """Extract the user's facts from `texts` with the model on the write's route, check
+        them, reconcile them with the user's nearest memories and store the plan in one
+        upsert. Keyed by `write_id` (the run): a write already applied is not applied again."""
+        route = ctx.prop(MEMORY_STORE_ROUTE_PROP)
+        if not route:
+            raise BadRequest(f"rb-prop-{MEMORY_STORE_ROUTE_PROP} names no route to extract with")
+        if await self.memories.applied(scope, write_id):
+            self.log.info("memory_write_replayed", run_id=ctx.run_id)
+            return reconcile.Plan(decisions=[], records=[])
+        candidates = await self.memories.nearest(scope, texts, reconcile.CANDIDATES)
+        request = ModelRequest(
+            route=route,
+            messages=reconcile.prompt(texts, candidates),
+            response_format=reconcile.OUTPUT,
+            temperature=0.0,
+        )
+        with self.tracer.start_as_current_span(
+            f"extract_memories {route}",
+            attributes={"gen_ai.operation.name": "chat", "gen_ai.request.model": route},
+        ):
+            reply = await self.bus.call(
+                ops.MODEL_COMPLETE, request, ctx=ctx, timeout=EXTRACTION_TIMEOUT
+            )
+        facts = reconcile.parse(reply.message.text)
+        plan = reconcile.plan(facts, candidates, scope, write_id, at)
+        await self.memories.upsert(plan.records)
+        self.log.info(
+            "memories_reconciled",
+            run_id=ctx.run_id,
+            route=reply.route or route,
+            facts=len(facts),
+            added=sum(d.action == "add" for d in plan.decisions),
+            updated=sum(d.action == "update" for d in plan.decisions),
+            deleted=sum(d.action == "delete" for d in plan.decisions),
+            unchanged=sum(d.action == "none" for d in plan.decisions),
+            refused=[d.verdict for d in plan.decisions if d.action == "refused"],
+        )
+        return plan
+
+    async def _keep_in_progress(self, delivery: Delivery) -> None:
+        while True:
+            await asyncio.sleep(self.write_ack_wait / 3)
+            with contextlib.suppress(Exception):
+                await delivery.in_progress()
 
     async def _store_writes(self) -> None:
         """Store what the consumer handed over, up to `WRITE_BATCH` writes per embed + upsert."""
@@ -460,7 +566,17 @@ def _hit(record: MemoryRecord, score: float) -> MemoryHit:
         created_at=record.created_at,
         agent_id=record.scope.agent_id,
         application_id=record.scope.application_id,
+        status=record.status,
+        superseded_by=record.superseded_by,
+        retired_at=record.retired_at,
     )
+
+
+def _permanent(error: RunbusError) -> bool:
+    """A failure that retrying the write will not cure."""
+    if isinstance(error, RemoteError):
+        return error.remote_code in PERMANENT
+    return isinstance(error, BadRequest | NotFound | Unauthenticated)
 
 
 class QueuedWrite:

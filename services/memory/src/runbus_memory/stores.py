@@ -29,20 +29,24 @@ class MemoryStore(Protocol):
     async def search(
         self, vector: list[float], match: Match, limit: int, min_score: float | None = None
     ) -> list[tuple[MemoryRecord, float]]:
-        """At most `limit` memories whose payload equals every `match` field, best first,
-        none scoring below `min_score`."""
+        """At most `limit` active memories whose payload equals every `match` field, best
+        first, none scoring below `min_score`."""
         ...
 
     async def scroll(
-        self, match: Match, limit: int, cursor: str | None = None
+        self, match: Match, limit: int, cursor: str | None = None, *, retired: bool = False
     ) -> tuple[list[MemoryRecord], str | None]:
-        """A page of the memories matching `match` and the cursor of the next page."""
+        """A page of the active memories matching `match` (`retired`: retired ones too) and
+        the cursor of the next page."""
         ...
 
     async def delete(self, match: Match, memory_ids: list[str] | None = None) -> int:
-        """Remove the memories matching `match` (and among `memory_ids`, if given); how many."""
+        """Remove the memories matching `match` (and among `memory_ids`, if given), retired
+        ones too; how many."""
         ...
 
-    async def count(self, match: Match) -> int: ...
+    async def count(self, match: Match, *, retired: bool = False) -> int:
+        """Active memories matching `match` (`retired`: retired ones too)."""
+        ...
 
     async def close(self) -> None: ...
