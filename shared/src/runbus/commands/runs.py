@@ -24,6 +24,9 @@ def register(subparsers: Subparsers) -> None:
     listing = actions.add_parser("list", help="your runs, newest first")
     listing.add_argument("--session", default=None, help="only this session's runs")
     listing.add_argument("--limit", type=int, default=20, help="at most this many (default 20)")
+    listing.add_argument(
+        "--parent", default=None, help="only the child runs of this run (agents it called)"
+    )
     for name, text in (
         ("show", "one run's status and result"),
         ("cancel", "cancel a run"),
@@ -42,12 +45,35 @@ def register(subparsers: Subparsers) -> None:
 RUN_COLUMNS = ("RUN", "STATUS", "AGENT", "SESSION", "CREATED", "RESULT")
 
 
-def _row(record: RunRecord) -> list[str]:
+def nested(records: list[RunRecord]) -> list[RunRecord]:
+    """Each run followed by its child runs (the agents it called), theirs after them; a child
+    whose parent is not listed stands on its own. Order within a level is kept."""
+    listed = {r.run_id for r in records}
+    children: dict[str, list[RunRecord]] = {}
+    for record in records:
+        if record.parent_run_id in listed:
+            children.setdefault(record.parent_run_id, []).append(record)
+    ordered: list[RunRecord] = []
+
+    def add(record: RunRecord) -> None:
+        ordered.append(record)
+        for child in children.get(record.run_id, []):
+            add(child)
+
+    for record in records:
+        if record.parent_run_id not in listed:
+            add(record)
+    return ordered
+
+
+def _row(record: RunRecord, listed: frozenset[str] = frozenset()) -> list[str]:
     outcome = record.text or (
         f"[{record.error.code}] {record.error.message}" if record.error else ""
     )
+    # A child run listed with its parent is indented under it.
+    indent = "  " * record.depth + "└ " if record.parent_run_id in listed else ""
     return [
-        record.run_id,
+        indent + record.run_id,
         record.status,
         record.agent,
         record.session_id,
@@ -62,12 +88,15 @@ async def handle(settings: Settings, args: argparse.Namespace) -> int:
         match args.action:
             case "list":
                 listed = await client.call(
-                    ops.API_RUNS_LIST, RunList(session_id=args.session, limit=args.limit)
+                    ops.API_RUNS_LIST,
+                    RunList(session_id=args.session, limit=args.limit, parent_run_id=args.parent),
                 )
                 if args.json:
                     sys.stdout.write(msgspec.json.encode(listed.records).decode() + "\n")
                 else:
-                    print(table(RUN_COLUMNS, map(_row, listed.records)))
+                    ids = frozenset(r.run_id for r in listed.records)
+                    rows = [_row(r, ids) for r in nested(listed.records)]
+                    print(table(RUN_COLUMNS, rows))
             case "show" | "cancel":
                 if args.action == "show":
                     info = await client.call(ops.API_RUNS_GET, RunGet(run_id=args.run_id))
