@@ -111,7 +111,7 @@ LANGUAGES: Final[dict[str, Language]] = {
             r"(?:(?:siempre|nunca|no|también|ya)\s+)?(?:yo|mi|mis|me|nosotros|nosotras|nuestro"
             r"|nuestra|nuestros|nuestras|soy|estoy|tengo|vivo|prefiero|trabajo|viajo|uso|odio"
             r"|evito|suelo|llevo|hablo|nací|crecí|somos|estamos|tenemos|vivimos|preferimos"
-            r"|viajamos)\b"
+            r"|viajamos|quiero|quisiera|necesito|busco|queremos|necesitamos)\b"
         ),
         request=(
             r"^(?:(?:yo|no)\s+)?(?:quiero|quisiera|necesito|busco|estoy buscando|queremos"
