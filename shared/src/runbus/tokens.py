@@ -173,6 +173,8 @@ class TokenVerifier:
     ) -> None:
         """`tokens`: fixed ones, or a function that gives the current ones at each check."""
         self._tokens = tokens if callable(tokens) else lambda: tokens
+        # The digests of one version of the tokens, made again when they change.
+        self._digests: tuple[Mapping[str, Principal], dict[str, str]] | None = None
 
     @classmethod
     def from_file(
@@ -193,6 +195,20 @@ class TokenVerifier:
         if scheme.lower() != "bearer" or not token:
             raise Unauthenticated("rb-auth must be `Bearer <token>`")
         return self.verify_token(token)
+
+    def holder(self, digest: str) -> Principal | None:
+        """The principal of the valid token whose `token_digest` is `digest` (whose inbox
+        prefix it names), if there is one."""
+        tokens = self._tokens()
+        if self._digests is None or self._digests[0] is not tokens:
+            self._digests = (tokens, {token_digest(token): token for token in tokens})
+        token = self._digests[1].get(digest)
+        if token is None:
+            return None
+        try:
+            return self.verify_token(token)
+        except Unauthenticated:
+            return None
 
     def verify_token(self, token: str) -> Principal:
         """The principal of a bare token (as a NATS connection presents it)."""
