@@ -259,13 +259,10 @@ def distinct(
     return kept[:limit]
 
 
-RELEVANCE: Final[dict[str, float]] = {
-    MINILM_NAME: 0.2,
-    "hashing": 0.1,
-}
+RELEVANCE: Final[dict[str, float]] = {MINILM_NAME: 0.2}
 """A search with no `min_score` leaves out hits below its embedder's threshold, chosen on the
-labelled evaluation set (`data/eval.json`, `bench/memory_eval.py`); an embedder not listed
-here has none."""
+labelled evaluation set (`evaluation.choose_threshold` at top-5, `bench/memory_eval.py`). The
+`hashing` embedder matches words, not meaning: the same rule gives it none."""
 
 
 def relevance_threshold(embedder: str, min_score: float | None) -> float | None:

@@ -21,7 +21,9 @@ from .errors import EmbedderUnavailable, VectorSizeMismatch
 
 log = structlog.get_logger()
 
-_WORD = re.compile(r"[a-z0-9]+")
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+# A CJK character is a word of its own (its neighbours make the pairs): CJK text has no spaces.
+_WORD = re.compile(rf"[{_CJK}]|[^\W_{_CJK}]+")
 
 
 class Embedder(Protocol):
