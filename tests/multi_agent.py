@@ -32,6 +32,10 @@ DEEP = AgentSpec(
     agent_tools=[AgentTool(agent="deep")],
 )
 AGENTS = {a.name: a for a in (TRIAGE, FLIGHTS, DEEP)}
+CALLS = {"triage": "flights", "deep": "deep", "fx": "rates"}
+"""The tool each calling agent calls first."""
+ASKS_WITH_THE_QUESTION = {"fx"}
+"""Agents that pass the user's own words on (the others ask a fixed question)."""
 USAGE = Usage(input_tokens=10, output_tokens=5)
 """What each model call uses."""
 
@@ -81,7 +85,9 @@ def _reply(agent: str, step: int, request: ModelRequest) -> ChatMessage:
         question = next(m.text for m in request.messages if m.role == "user")
         return text(f"QF1 09:00 for {question!r}")
     if step == 0:
-        tool = "flights" if agent == "triage" else "deep"
-        return call(tool, "c-ask", input="SYD to MEL on Friday")
+        if agent in ASKS_WITH_THE_QUESTION:
+            question = next(m.text for m in request.messages if m.role == "user")
+            return call(CALLS[agent], "c-ask", input=question)
+        return call(CALLS[agent], "c-ask", input="SYD to MEL on Friday")
     result = [r for m in request.messages for r in m.function_results][-1]
     return text(f"{agent} heard: {result.error or result.result}")

@@ -15,6 +15,7 @@ from ..agents import AgentSpec
 from ..errors import GatewayConfigError
 from ..harness.runtime import Harness
 from ..harness.state import SessionState
+from .a2a_tools import RemoteAgents
 from .agent_tools import AgentTools, ChildPorts
 from .checkpoints import Checkpointer
 from .context import (
@@ -77,6 +78,7 @@ async def start(
         MEMORY_SEARCH_TOOL.name,
         *(t.name for t in harness.tools),
         *(t.tool_name for t in agent.agent_tools),
+        *(a.name for a in agent.remote_agents),
     ]
     check_client_tools(agent.name, agent.client_tools, own, client_tools)
     opening = asyncio.ensure_future(_open_session(ports, ctx, agent))
@@ -90,6 +92,11 @@ async def start(
         [
             approving(CatalogTools(ports, ctx, agent.tools)),
             *_agent_tools(agent, ctx, ports, waiting, on_waiting),
+            *(
+                [RemoteAgents(agent.remote_agents, ports, events, waiting, on_waiting)]
+                if agent.remote_agents
+                else []
+            ),
             *([approving(MemorySearchTool(ports, ctx))] if agent.memory.offers_tool else []),
             HarnessTools(harness, session),
             *([ClientTools(client_tools, ports, ctx, waiting, on_waiting)] if client_tools else []),

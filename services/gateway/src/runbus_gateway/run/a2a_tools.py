@@ -1,0 +1,301 @@
+"""Remote A2A agents as tools (`[[remote_agents]]`): a call sends the model's `input` as one
+A2A message with the a2a-sdk client and follows the task it starts — its status updates
+logged, its answer the call's result. A task that needs input pauses the run as an approval
+does: the run's owner answers (approve with a note: the note is sent; deny: the task is
+cancelled). A cancelled run, or one past its deadline or the agent's timeout, cancels the
+task."""
+
+import asyncio
+import contextlib
+import hashlib
+import os
+import time
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Final
+
+import httpx
+import structlog
+from a2a.client import A2ACardResolver, Client, ClientConfig, ClientFactory
+from a2a.client.errors import A2AClientError
+from a2a.types import (
+    CancelTaskRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageRequest,
+    StreamResponse,
+    TaskState,
+)
+from a2a.utils.errors import A2AError
+
+from runbus.headers import RunContext
+from runbus.messages import FunctionCallContent, FunctionResultContent, ToolSpec
+from runbus.messages.tools import ApprovalRequest, ToolInvoked
+
+from ..agents import RemoteAgent
+from .agent_tools import INPUT_SCHEMA
+from .events import RunEvents
+from .ports import RunPorts
+from .toolsets import OnWaiting
+
+ANSWER_WITHIN: Final = 3600.0
+"""Seconds the run's owner has to answer a remote agent's question."""
+CANCEL_WITHIN: Final = 5.0
+"""Seconds a cancel of the remote task may take before the run ends anyway."""
+MAX_ROUNDS: Final = 8
+"""Questions one call may ask the run's owner."""
+
+FAILED: Final = {
+    TaskState.TASK_STATE_FAILED: "failed",
+    TaskState.TASK_STATE_CANCELED: "cancelled",
+    TaskState.TASK_STATE_REJECTED: "rejected",
+}
+ENDED: Final = frozenset({TaskState.TASK_STATE_COMPLETED, *FAILED})
+ASKING: Final = frozenset({TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_AUTH_REQUIRED})
+
+log = structlog.get_logger()
+
+
+class RemoteAgentError(Exception):
+    """What the model reads when a remote agent did not answer."""
+
+
+class RemoteAgents:
+    """The remote A2A agents a run may call, each as a tool taking one `input`."""
+
+    urgent = True  # nothing records the remote task by call id: store its answer at once
+
+    def __init__(
+        self,
+        agents: Sequence[RemoteAgent],
+        ports: RunPorts,
+        events: RunEvents,
+        waiting: set[str],
+        on_waiting: OnWaiting | None,
+    ) -> None:
+        self.by_name = {a.name: a for a in agents}
+        self.ports = ports
+        self.events = events
+        self.waiting = waiting
+        self.on_waiting = on_waiting
+
+    @property
+    def ctx(self) -> RunContext:
+        return self.events.ctx
+
+    async def tools(self) -> list[ToolSpec]:
+        return [
+            ToolSpec(
+                name=name,
+                description=agent.description or f"Ask the remote agent {name!r}.",
+                parameters=INPUT_SCHEMA,
+            )
+            for name, agent in self.by_name.items()
+        ]
+
+    def handles(self, name: str) -> bool:
+        return name in self.by_name
+
+    async def call(self, call: FunctionCallContent, *, first_send: bool) -> ToolInvoked:
+        agent = self.by_name[call.name]
+        text = call.arguments.get("input")
+        if not isinstance(text, str) or not text.strip():
+            return _result(call, error="invalid_arguments: `input` must be the text to send")
+        left = self.ctx.time_left()
+        timeout = agent.timeout if left is None else max(0.0, min(agent.timeout, left))
+        try:
+            async with httpx.AsyncClient(headers=_auth(agent), timeout=timeout) as http:
+                remote = RemoteTask(agent, call, http, self)
+                try:
+                    async with asyncio.timeout(timeout):
+                        answer = await remote.run(text)
+                except TimeoutError:
+                    await remote.cancel()
+                    return _result(
+                        call,
+                        error=f"deadline_exceeded: {call.name!r} did not answer in {timeout:.0f}s",
+                    )
+                except BaseException:
+                    await remote.cancel()
+                    raise
+        except (RemoteAgentError, A2AClientError, A2AError, httpx.HTTPError, OSError) as exc:
+            log.info("remote_agent_failed", tool=call.name, url=agent.url, error=str(exc))
+            return _result(call, error=f"remote agent {call.name!r}: {exc}")
+        return _result(call, result=answer)
+
+    async def ask_owner(self, call: FunctionCallContent, round_: int, question: str) -> str | None:
+        """Pause as an approval does until the run's owner answers the remote agent's
+        question: their note when they approve, None when they deny (or let it expire)."""
+        # A call id of its own per question: each is decided once.
+        asked = f"{call.call_id}-input{round_}"
+        digest = hashlib.sha256(f"{self.ctx.run_id}\0{asked}\0{question}".encode()).hexdigest()
+        request = ApprovalRequest(
+            tool=call.name,
+            arguments=call.arguments,
+            reason=f"{call.name} asks: {question}"[:2048],
+            expires_at=time.time() + ANSWER_WITHIN,
+            digest=digest,
+        )
+        asking = FunctionCallContent(call_id=asked, name=call.name, arguments=call.arguments)
+
+        async def announce() -> None:
+            await self.events.approval_requested(asked, request)
+
+        self.waiting.add(call.call_id)
+        if self.on_waiting is not None:
+            await self.on_waiting(True)
+        try:
+            grant = await self.ports.await_approval(self.ctx, asking, request, announce)
+        finally:
+            if self.on_waiting is not None:
+                await self.on_waiting(False)
+            self.waiting.discard(call.call_id)
+        return grant.note if grant.decision == "approved" else None
+
+
+class RemoteTask:
+    """One call's task at a remote agent, from the first message to its answer."""
+
+    def __init__(
+        self,
+        agent: RemoteAgent,
+        call: FunctionCallContent,
+        http: httpx.AsyncClient,
+        toolset: RemoteAgents,
+    ) -> None:
+        self.agent = agent
+        self.call = call
+        self.http = http
+        self.toolset = toolset
+        self.client: Client | None = None
+        self.task_id = ""
+        self.context_id = ""
+        self.artifacts: dict[str, str] = {}
+        self.said = ""
+        self.reading: asyncio.Future[TaskState] | None = None
+        self.named = asyncio.Event()
+        """Set once the agent has named its task."""
+
+    async def run(self, text: str) -> str:
+        card = await A2ACardResolver(self.http, self.agent.url).get_agent_card()
+        self.client = ClientFactory(ClientConfig(httpx_client=self.http, streaming=True)).create(
+            card
+        )
+        ctx = self.toolset.ctx
+        # The same message id for every delivery of the run: an agent that dedupes sees one.
+        message_id = f"{ctx.run_id}:{self.call.call_id}"
+        state = await self._read(self._send(message_id, text))
+        for round_ in range(1, MAX_ROUNDS + 1):
+            if state not in ASKING:
+                break
+            answer = await self.toolset.ask_owner(self.call, round_, self.said or "more input")
+            if answer is None:
+                await self.cancel()
+                raise RemoteAgentError("it asked for input and the user declined to give it")
+            state = await self._read(self._send(f"{message_id}:{round_}", answer))
+        if state == TaskState.TASK_STATE_COMPLETED:
+            return "".join(self.artifacts.values()) or self.said
+        if state in FAILED:
+            raise RemoteAgentError(f"its task {FAILED[state]}: {self.said or 'no reason given'}")
+        raise RemoteAgentError(f"its task ended in state {TaskState.Name(state)}")
+
+    async def _read(self, responses: AsyncIterator[StreamResponse]) -> TaskState:
+        """`_follow` in a task of its own, so a cancel of the run does not stop it before the
+        agent has named its task (which the cancel then needs)."""
+        self.reading = asyncio.ensure_future(self._follow(responses))
+        return await asyncio.shield(self.reading)
+
+    def _send(self, message_id: str, text: str) -> AsyncIterator[StreamResponse]:
+        assert self.client is not None
+        message = Message(
+            message_id=message_id,
+            role=Role.ROLE_USER,
+            parts=[Part(text=text)],
+            task_id=self.task_id,
+            context_id=self.context_id,
+        )
+        return self.client.send_message(SendMessageRequest(message=message))
+
+    async def _follow(self, responses: AsyncIterator[StreamResponse]) -> TaskState:
+        """Read the task's updates until it ends or asks for input; its state then."""
+        state: TaskState = TaskState.TASK_STATE_UNSPECIFIED
+        async for response in responses:
+            match response.WhichOneof("payload"):
+                case "message":  # a direct answer, no task
+                    self.said = _text(response.message.parts)
+                    return TaskState.TASK_STATE_COMPLETED
+                case "task":
+                    task = response.task
+                    self.task_id, self.context_id = task.id, task.context_id
+                    self.named.set()
+                    for artifact in task.artifacts:
+                        self.artifacts[artifact.artifact_id] = _text(artifact.parts)
+                    state = self._status(task.status.state, task.status.message.parts)
+                case "status_update":
+                    update = response.status_update
+                    self.task_id = update.task_id or self.task_id
+                    self.named.set()
+                    self.context_id = update.context_id or self.context_id
+                    state = self._status(update.status.state, update.status.message.parts)
+                case "artifact_update":
+                    update_a = response.artifact_update
+                    key, chunk = update_a.artifact.artifact_id, _text(update_a.artifact.parts)
+                    self.artifacts[key] = (
+                        self.artifacts.get(key, "") if update_a.append else ""
+                    ) + chunk
+            if state in ENDED or state in ASKING:
+                return state
+        return state
+
+    def _status(self, state: TaskState, parts: Sequence[Part]) -> TaskState:
+        if said := _text(parts):
+            self.said = said
+        log.info(
+            "remote_agent_status",
+            tool=self.call.name,
+            call_id=self.call.call_id,
+            task_id=self.task_id,
+            state=TaskState.Name(state),
+        )
+        return state
+
+    async def cancel(self) -> None:
+        """Cancel the remote task (best effort, bounded): once the agent has named it, if it
+        has not yet; then stop reading its updates."""
+        try:
+            if self.client is None or self.reading is None:
+                return
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(CANCEL_WITHIN):
+                    await asyncio.shield(self.named.wait())
+                    await asyncio.shield(
+                        self.client.cancel_task(CancelTaskRequest(id=self.task_id))
+                    )
+                log.info("remote_agent_cancelled", tool=self.call.name, task_id=self.task_id)
+        finally:
+            if self.reading is not None:
+                self.reading.cancel()
+
+
+def _text(parts: Sequence[Part]) -> str:
+    return "".join(p.text for p in parts if p.HasField("text"))
+
+
+def _auth(agent: RemoteAgent) -> dict[str, str]:
+    """The bearer token from the agent's secret (an environment variable or a file, read
+    at each call so a rotated secret is used at once)."""
+    token = ""
+    if agent.token_env:
+        token = os.environ.get(agent.token_env, "")
+    elif agent.token_file:
+        token = Path(agent.token_file).read_text().strip()
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def _result(
+    call: FunctionCallContent, *, result: str | None = None, error: str | None = None
+) -> ToolInvoked:
+    return ToolInvoked(
+        result=FunctionResultContent(call_id=call.call_id, result=result, error=error)
+    )

@@ -1,0 +1,148 @@
+"""Remote A2A agents as tools, against an agent written with the a2a-sdk's own server: its
+answer is the call's result, a question it asks pauses the run as an approval does and the
+owner's answer goes back to it, a cancel of the run and a deadline cancel its task, and a
+wrong credential is an error the model reads."""
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+
+import nats
+import pytest
+
+from runbus import ops
+from runbus.client import RunbusClient
+from runbus.messages import RunCompleted, RunFailed
+from runbus.messages.runs import ApprovalDecide, RunCancel
+from runbus_gateway.agents import AgentSpec, RemoteAgent
+from tests.a2a_agent_server import TOKEN, Seen, rates_agent
+from tests.helpers import approval_requested, eventually
+from tests.multi_agent import AgentsModel
+from tests.stack import SecuredNats, Stack, start_stack
+
+
+def fx(url: str, *, token_env: str = "RATES_TOKEN", timeout: float = 30.0) -> AgentSpec:
+    return AgentSpec(
+        name="fx",
+        instructions="You are fx: ask the rates agent.",
+        model="agents",
+        remote_agents=[
+            RemoteAgent(
+                name="rates",
+                url=url,
+                description="Exchange rates",
+                token_env=token_env,
+                timeout=timeout,
+            )
+        ],
+    )
+
+
+def stack(
+    nats_server: SecuredNats, data_dir: Path, agent: AgentSpec
+) -> AbstractAsyncContextManager[Stack]:
+    return start_stack(
+        nats_server.url,
+        data_dir=data_dir,
+        agents={"fx": agent},
+        routes={"agents": AgentsModel()},
+    )
+
+
+@pytest.fixture
+async def rates(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[str, Seen]]:
+    monkeypatch.setenv("RATES_TOKEN", TOKEN)
+    monkeypatch.setenv("WRONG_TOKEN", "guess")
+    async with rates_agent() as served:
+        yield served
+
+
+@pytest.fixture
+async def alice(nats_server: SecuredNats) -> AsyncIterator[RunbusClient]:
+    client = RunbusClient(await nats.connect(nats_server.url), token="dev-alice")
+    yield client
+    await client.nc.drain()
+
+
+async def final(client: RunbusClient, run_id: str) -> RunCompleted | RunFailed:
+    async for item in client.follow(run_id, timeout=20):
+        if isinstance(item.event, RunCompleted | RunFailed):
+            return item.event
+    raise AssertionError("no final event")
+
+
+async def test_a_remote_a2a_agents_answer_is_the_tool_result(
+    nats_server: SecuredNats, tmp_path: Path, rates: tuple[str, Seen], alice: RunbusClient
+) -> None:
+    url, seen = rates
+    async with stack(nats_server, tmp_path, fx(url)):
+        run_id = await alice.start("fx", "rate AUD USD", session_id="fx")
+        ended = await final(alice, run_id)
+
+    assert isinstance(ended, RunCompleted)
+    assert ended.text == "fx heard: 1 AUD is 0.65 USD"
+    assert seen.inputs == ["rate AUD USD"]
+
+
+async def test_a_remote_agent_asking_for_input_pauses_the_run_until_its_owner_answers(
+    nats_server: SecuredNats, tmp_path: Path, rates: tuple[str, Seen], alice: RunbusClient
+) -> None:
+    url, seen = rates
+    async with stack(nats_server, tmp_path, fx(url)):
+        run_id = await alice.start("fx", "convert 100 AUD", session_id="fx")
+        asked = await approval_requested(alice, run_id)
+        await alice.call(
+            ops.API_APPROVALS_DECIDE,
+            ApprovalDecide(run_id=run_id, call_id=asked.call_id, decision="approved", note="USD"),
+        )
+        ended = await final(alice, run_id)
+
+    assert (asked.tool, asked.reason) == ("rates", "rates asks: Which currency?")
+    assert isinstance(ended, RunCompleted)
+    assert ended.text == "fx heard: 100 AUD is 65 USD"
+    assert seen.inputs == ["convert 100 AUD", "USD"]
+
+
+async def test_cancelling_the_run_cancels_the_remote_task(
+    nats_server: SecuredNats, tmp_path: Path, rates: tuple[str, Seen], alice: RunbusClient
+) -> None:
+    url, seen = rates
+    async with stack(nats_server, tmp_path, fx(url)):
+        run_id = await alice.start("fx", "slow rate", session_id="fx")
+        await asyncio.wait_for(seen.working.wait(), 10)
+        await alice.call(ops.API_RUNS_CANCEL, RunCancel(run_id=run_id))
+        ended = await final(alice, run_id)
+        cancelled = await eventually(lambda: seen.cancelled)
+
+    assert isinstance(ended, RunFailed)
+    assert ended.error.code == "cancelled"
+    assert len(cancelled) == 1
+
+
+async def test_a_remote_agent_past_its_timeout_is_cancelled_and_the_model_reads_why(
+    nats_server: SecuredNats, tmp_path: Path, rates: tuple[str, Seen], alice: RunbusClient
+) -> None:
+    url, seen = rates
+    async with stack(nats_server, tmp_path, fx(url, timeout=1.0)):
+        run_id = await alice.start("fx", "slow rate", session_id="fx")
+        ended = await final(alice, run_id)
+        cancelled = await eventually(lambda: seen.cancelled)
+
+    assert isinstance(ended, RunCompleted)
+    assert ended.text == "fx heard: deadline_exceeded: 'rates' did not answer in 1s"
+    assert len(cancelled) == 1
+
+
+async def test_a_wrong_credential_is_an_error_the_model_reads(
+    nats_server: SecuredNats, tmp_path: Path, rates: tuple[str, Seen], alice: RunbusClient
+) -> None:
+    url, seen = rates
+    async with stack(nats_server, tmp_path, fx(url, token_env="WRONG_TOKEN")):
+        run_id = await alice.start("fx", "rate AUD USD", session_id="fx")
+        ended = await final(alice, run_id)
+
+    assert isinstance(ended, RunCompleted)
+    assert ended.text.startswith("fx heard: remote agent 'rates': ")
+    assert "401" in ended.text
+    assert seen.inputs == []
