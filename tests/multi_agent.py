@@ -32,7 +32,7 @@ DEEP = AgentSpec(
     agent_tools=[AgentTool(agent="deep")],
 )
 AGENTS = {a.name: a for a in (TRIAGE, FLIGHTS, DEEP)}
-CALLS = {"triage": "flights", "deep": "deep", "fx": "rates"}
+CALLS = {"triage": "flights", "deep": "deep", "fx": "rates", "desk": "flights"}
 """The tool each calling agent calls first."""
 ASKS_WITH_THE_QUESTION = {"fx"}
 """Agents that pass the user's own words on (the others ask a fixed question)."""

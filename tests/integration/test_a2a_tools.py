@@ -1,7 +1,8 @@
-"""Remote A2A agents as tools, against an agent written with the a2a-sdk's own server: its
-answer is the call's result, a question it asks pauses the run as an approval does and the
-owner's answer goes back to it, a cancel of the run and a deadline cancel its task, and a
-wrong credential is an error the model reads."""
+"""Remote A2A agents as tools, against an agent written with the a2a-sdk's own server and an
+agent of a second runbus stack behind its A2A ingress: its answer is the call's result, a
+question it asks pauses the run as an approval does and the owner's answer goes back to it, a
+cancel of the run and a deadline cancel its task, and a wrong credential is an error the model
+reads."""
 
 import asyncio
 from collections.abc import AsyncIterator
@@ -14,12 +15,13 @@ import pytest
 from runbus import ops
 from runbus.client import RunbusClient
 from runbus.messages import RunCompleted, RunFailed
-from runbus.messages.runs import ApprovalDecide, RunCancel
+from runbus.messages.runs import ApprovalDecide, RunCancel, RunList, RunStatus
 from runbus_gateway.agents import AgentSpec, RemoteAgent
+from runbus_ingress.server import listening
 from tests.a2a_agent_server import TOKEN, Seen, rates_agent
 from tests.helpers import approval_requested, eventually
-from tests.multi_agent import AgentsModel
-from tests.stack import SecuredNats, Stack, start_stack
+from tests.multi_agent import FLIGHTS, AgentsModel
+from tests.stack import SecuredNats, Stack, secured_nats, start_stack
 
 
 def fx(url: str, *, token_env: str = "RATES_TOKEN", timeout: float = 30.0) -> AgentSpec:
@@ -45,7 +47,7 @@ def stack(
     return start_stack(
         nats_server.url,
         data_dir=data_dir,
-        agents={"fx": agent},
+        agents={agent.name: agent},
         routes={"agents": AgentsModel()},
     )
 
@@ -146,3 +148,61 @@ async def test_a_wrong_credential_is_an_error_the_model_reads(
     assert ended.text.startswith("fx heard: remote agent 'rates': ")
     assert "401" in ended.text
     assert seen.inputs == []
+
+
+async def test_an_agent_of_another_runbus_stack_answers_through_a2a_and_a_cancel_reaches_it(
+    nats_server: SecuredNats, tmp_path: Path, alice: RunbusClient
+) -> None:
+    """The remote is a second runbus stack (its own NATS, its own users): the call is bob's
+    run there, made with bob's token there."""
+    remote_model = AgentsModel(hold={("flights", 0)})
+    async with (
+        secured_nats(tmp_path / "remote-bus") as remote_bus,
+        start_stack(
+            remote_bus.url,
+            data_dir=tmp_path / "remote",
+            agents={"flights": FLIGHTS},
+            routes={"agents": remote_model},
+        ),
+        listening(remote_bus.client_url, "127.0.0.1", 0) as base,
+    ):
+        desk = AgentSpec(
+            name="desk",
+            instructions="You are desk: ask the remote flights agent.",
+            model="agents",
+            remote_agents=[
+                RemoteAgent(name="flights", url=f"{base}/v1/a2a/flights", token_env="REMOTE_TOKEN")
+            ],
+        )
+        bob = RunbusClient(await nats.connect(remote_bus.url), token="dev-bob")
+        try:
+            with pytest.MonkeyPatch.context() as env:
+                env.setenv("REMOTE_TOKEN", "dev-bob")
+                async with stack(nats_server, tmp_path / "local", desk):
+                    answered = await alice.start("desk", "Flights?", session_id="desk")
+                    await asyncio.wait_for(remote_model.reached.wait(), 10)
+                    remote_model.release.set()
+                    first = await final(alice, answered)
+
+                    remote_model.release.clear()
+                    remote_model.reached.clear()
+                    cancelled = await alice.start("desk", "Flights again?", session_id="desk2")
+                    await asyncio.wait_for(remote_model.reached.wait(), 10)
+                    await alice.call(ops.API_RUNS_CANCEL, RunCancel(run_id=cancelled))
+                    second = await final(alice, cancelled)
+
+                    async def bobs_runs() -> list[RunStatus]:
+                        listed = await bob.call(ops.API_RUNS_LIST, RunList())
+                        statuses = sorted(r.status for r in listed.records)
+                        return statuses if "running" not in statuses else []
+
+                    remote_runs = await eventually(bobs_runs)
+        finally:
+            remote_model.release.set()
+            await bob.nc.drain()
+
+    assert isinstance(first, RunCompleted)
+    assert first.text == "desk heard: QF1 09:00 for 'SYD to MEL on Friday'"
+    assert isinstance(second, RunFailed)
+    assert second.error.code == "cancelled"
+    assert remote_runs == ["cancelled", "completed"]
