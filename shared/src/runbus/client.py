@@ -6,15 +6,15 @@ authenticated client API.
         async for event in client.stream("travel", "And in Perth?", session_id="s1"): ...
 
 The connection itself presents the token: the bus's auth service turns it into a NATS user
-that may publish run requests and API calls and read only this user's own events and inbox.
+that may publish run requests and API calls and subscribe only under its own inbox prefix.
 What `run`/`stream` send is exactly a `run.request` JSON body with `rb-auth` and `Nats-Msg-Id`,
 so any NATS client connected with the token can do the same by hand. Events are read from
-the events stream, not the live subject: a client that starts late or reconnects replays from
-the start (or after a sequence it saw) with no gap and no duplicate, then follows live.
+the events stream by an ordered consumer delivering into that inbox (the live subject is not
+the client's to subscribe to): a client that starts late or reconnects replays from the start
+(or after a sequence it saw) with no gap and no duplicate, then follows live.
 """
 
 import asyncio
-import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextlib import aclosing, asynccontextmanager
@@ -25,7 +25,6 @@ import nats
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client as NATS
-from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.client import JetStreamContext
 from opentelemetry import trace
@@ -87,18 +86,6 @@ JS_APIS = (subjects.CLIENT_JS_API, "$JS.API")
 DUPLICATE_CHECKS = (0.05, 0.1, 0.2, 0.4, 0.8)
 """Pauses between asking for the caller's own record of a run id JetStream called a
 duplicate (about 1.5 s in all: a record is written as its run starts)."""
-LIVE_CHECK = 1.0
-"""Seconds between checks, while following live, that the connection did not drop."""
-
-
-def _run_event(run_id: str, data: bytes) -> RunEvent | None:
-    """The event in `data` if it is one of `run_id`'s; anything else on the subject (a reply
-    someone steered there) is not an event of this run."""
-    try:
-        event = RUN_EVENT_DECODER.decode(data)
-    except msgspec.DecodeError:
-        return None
-    return event if event.run_id == run_id else None
 
 
 def new_run_id() -> str:
@@ -264,58 +251,19 @@ class RunbusClient:
     ) -> AsyncGenerator[RunEvent, None]:
         """Start a run and yield its events until `run.completed` or `run.failed`.
 
-        The events come on a plain subscription to the run's subject, made before the request
-        is published, so nothing is missed while the connection holds; only if it dropped
-        meanwhile are they replayed from the events stream (those not yet yielded).
+        The events come through an ordered consumer of the events stream, made before the
+        request is published and delivering into this connection's own inbox (a client
+        subscribes nowhere else), so nothing is missed, even across a reconnect.
         """
         run_id = run_id or new_run_id()
-        # Fed by a callback rather than read with `next_msg`, which makes a task and a uuid4
-        # for every event it returns.
-        arrived: asyncio.Queue[Msg] = asyncio.Queue()
-
-        async def on_event(msg: Msg) -> None:
-            arrived.put_nowait(msg)
-
-        live = await self.nc.subscribe(await self.events_subject(run_id), cb=on_event)
-        reconnects = self.nc.stats["reconnects"]
+        subscription = await self._subscribe(run_id, 0)
         try:
             await self.start(agent, message, session_id=session_id, run_id=run_id)
         except BaseException:
-            await live.unsubscribe()
+            await subscription.unsubscribe()
             raise
-        seen = 0
-        deadline = time.monotonic() + timeout
-        try:
-            while True:
-                if self.nc.stats["reconnects"] != reconnects:
-                    break  # the connection dropped: what was published meanwhile is lost
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise Unavailable(f"no event from run {run_id} for {timeout:.0f}s")
-                try:
-                    async with asyncio.timeout(min(left, LIVE_CHECK)):
-                        msg = await arrived.get()
-                except TimeoutError:
-                    if self.nc.is_closed:  # it gave up reconnecting: say so, as next_msg did
-                        raise nats.errors.ConnectionClosedError from None
-                    continue
-                event = _run_event(run_id, msg.data)
-                if event is None:
-                    continue
-                seen += 1
-                deadline = time.monotonic() + timeout
-                yield event
-                if isinstance(event, RunCompleted | RunFailed):
-                    return
-        finally:
-            await live.unsubscribe()
-        # Replay from the stream, skipping the events already yielded (same order).
-        replay = await self._subscribe(run_id, 0)
-        async with aclosing(self._events(run_id, replay, timeout)) as events:
+        async with aclosing(self._events(run_id, subscription, timeout)) as events:
             async for item in events:
-                if seen:
-                    seen -= 1
-                    continue
                 yield item.event
 
     async def _subscribe(self, run_id: str, after: int) -> PushSubscription:
