@@ -352,7 +352,12 @@ async def _events_of_alices_run(nats_server: SecuredNats, owned: Alice) -> int:
         assert subject.startswith("runbus.events.globex.carol.")
         info = await carol.nc.jetstream(prefix=subjects.CLIENT_JS_API).add_consumer(
             subjects.EVENTS_STREAM,
-            ConsumerConfig(name="c-probe", filter_subject=subject, ack_policy=AckPolicy.NONE),
+            ConsumerConfig(
+                name="c-probe",
+                filter_subject=subject,
+                ack_policy=AckPolicy.NONE,
+                deliver_subject=carol.nc.new_inbox(),
+            ),
         )
         return info.num_pending or 0
 

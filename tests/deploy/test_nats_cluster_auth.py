@@ -23,7 +23,7 @@ from nats.aio.client import Client as NATS
 from runbus import busauth, subjects
 from runbus.client import open_connection
 from runbus.embedded import nats_server_binary
-from runbus.tokens import TokenVerifier
+from runbus.tokens import TokenVerifier, token_digest
 from runbus_auth.service import AuthService
 from tests.helpers import eventually, refused_raw
 
@@ -210,7 +210,8 @@ async def check_accounts_on(node: DeployedNode, env: dict[str, str]) -> None:
     try:
         # The services' account has JetStream; the token's account is the clients'.
         assert (await service.jetstream().account_info()).limits is not None
-        own = subjects.events("acme", "alice", "r-1")
+        # Only under its own inbox: its live events come through a consumer delivering there.
+        own = f"{subjects.client_inbox_prefix(token_digest('dev-alice'))}.>"
         await alice.subscribe(own)
         await alice.subscribe(subjects.EVENTS_ALL)
         await alice.flush()

@@ -3,11 +3,11 @@ alice's tenant) and carol (another tenant) steering API replies onto alice's liv
 creating consumers of the events stream that deliver onto alice's or the services' subjects.
 
 NATS has no permission on the reply subject of a publish: a client may name any subject as
-its reply, and the answer is delivered in the clients' account on that subject. What holds
-today is that no such answer is ever taken for an event of alice's run (the client reads only
-events of the run it follows). The confinement itself (bob's replies and deliveries only
-under his own inbox) needs the bus to stop delivering to the subjects named; those tests are
-marked until it does, and fail the day it starts to (strict)."""
+its reply, and the answer is delivered in the clients' account on that subject. It reaches
+nobody there, because a client may subscribe only under its own inbox prefix (secret: derived
+from its token) and reads its live events through a consumer delivering into it. A consumer's
+deliver subject is checked by the auth service before JetStream sees the creation: only an
+inbox of the user whose events it reads is accepted."""
 
 import json
 from collections.abc import AsyncIterator
@@ -21,17 +21,11 @@ from runbus import headers as h
 from runbus import subjects
 from runbus.client import RunbusClient
 from runbus.messages import RunCompleted
+from runbus.tokens import token_digest
+from tests.helpers import eventually
 from tests.stack import SecuredNats, Stack
 
 INTRUDERS: Final = {"bob": ("acme", "bob"), "carol": ("globex", "carol")}
-REPLY_CONFINEMENT: Final = (
-    "NATS does not check a publish's reply subject: a client's replies need confining to its "
-    "own inbox (live events only under the user's inbox, or a check where they are answered)"
-)
-DELIVERY_CONFINEMENT: Final = (
-    "JetStream accepts any deliver subject in a consumer a client creates: needs a creator "
-    "that pins it to the user's inbox prefix (e.g. consumer creation through the gateway)"
-)
 
 
 @pytest.fixture(params=sorted(INTRUDERS))
@@ -71,25 +65,35 @@ async def test_a_reply_another_user_steers_onto_alice_s_events_is_never_one_of_h
     assert seen == stored
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=REPLY_CONFINEMENT)
-async def test_a_reply_another_user_steers_onto_alice_s_events_subject_never_reaches_it(
+async def test_a_reply_another_user_steers_onto_alice_s_events_subject_never_reaches_her(
     intruder: tuple[str, NATS], nats_server: SecuredNats
 ) -> None:
-    alice = await runbus.client.open_connection(nats_server.client_url, "dev-alice")
+    refusals: list[str] = []
+
+    async def on_error(exc: Exception) -> None:
+        refusals.append(str(exc).lower())
+
+    alice = await runbus.client.open_connection(
+        nats_server.client_url, "dev-alice", error_cb=on_error
+    )
     try:
+        me = await RunbusClient(alice, token="dev-alice").identity()
         target = subjects.events("acme", "alice", "r-listened")
         listening = await alice.subscribe(target)
+        inbox = await alice.subscribe(f"{me.inbox_prefix}.>")
         await alice.flush()
+        await eventually(lambda: any("permissions violation" in e for e in refusals))
         await steer(intruder, target)
+        await steer(intruder, subjects.owner_events("acme", "alice").replace(">", "*"))
         await alice.flush()
-        arrived = listening.pending_msgs
+        arrived = listening.pending_msgs + inbox.pending_msgs
     finally:
         await alice.close()  # a drain would wait for someone to read what arrived
 
     assert arrived == 0
+    assert any(target in refusal for refusal in refusals), refusals
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=DELIVERY_CONFINEMENT)
 async def test_a_consumer_another_user_creates_cannot_deliver_onto_alice_s_or_the_services_subjects(
     intruder: tuple[str, NATS],
 ) -> None:
@@ -100,7 +104,12 @@ async def test_a_consumer_another_user_creates_cannot_deliver_onto_alice_s_or_th
     targets = {
         "alice's cancel": subjects.run_cancel("acme", "alice", "r-1"),
         "alice's events": subjects.events("acme", "alice", "r-1"),
-        "alice's inbox": subjects.client_inbox_prefix("0" * 32) + ".x",
+        "alice's inbox": subjects.client_inbox_prefix(token_digest("dev-alice")) + ".x",
+        "a made-up inbox": subjects.client_inbox_prefix("0" * 32) + ".x",
+        "every inbox": subjects.client_inbox_prefix(token_digest(f"dev-{name}")) + ".*",
+        "the inbox root": subjects.client_inbox_prefix(token_digest(f"dev-{name}")),
+        "the services' inbox": f"{subjects.SERVICE_INBOX_PREFIX}.x",
+        "a KV bucket": f"$KV.{subjects.RUN_OWNERS_BUCKET}.x",
         "a run request": subjects.runs("travel"),
         "a service API": subjects.api("runs.cancel"),
     }

@@ -13,9 +13,13 @@ an acknowledged run request, event or record survives a machine crash, not only 
 kill. `RUNBUS_NATS_SYNC=lazy` turns that off, with a warning at every start.
 
 Clients live in an account of their own that imports exactly what they may reach: run
-requests, API calls, whoami, the events stream, and consumer creation on it. A reply subject a
-client makes up therefore names a subject of the clients' account, never an internal one: a
-service's or JetStream's answer cannot be steered onto a cancel, KV, stream or API subject.
+requests, API calls, whoami, deliveries into their inboxes, and consumer creation on the events
+stream (through the auth service, which forwards one only if it delivers into an inbox of the
+user whose events it reads). A reply subject a client makes up therefore names a subject of the
+clients' account, never an internal one: a service's or JetStream's answer cannot be steered
+onto a cancel, KV, stream or API subject. And as a client may subscribe only under its own
+inbox prefix (secret, derived from its token), an answer steered anywhere in the clients'
+account reaches nobody else either.
 """
 
 import os
@@ -53,10 +57,16 @@ CLIENT_SERVICES: Final = (
     f"$JS.FC.{subjects.EVENTS_STREAM}.>",
 )
 """Subjects of the services' account a client may send to (each answered on its own inbox)."""
-CLIENT_STREAMS: Final = (subjects.EVENTS_ALL, f"{subjects.CLIENT_INBOX_ROOT}.>")
+CLIENT_STREAMS: Final = (f"{subjects.CLIENT_INBOX_ROOT}.>",)
 """Subjects of the services' account a client may receive (permissions narrow them to the
-user's own events and inbox): live events, and deliveries of a consumer it created."""
+user's own inbox): replies, and deliveries of a consumer it created (its live events)."""
 CONSUMER_CREATE: Final = subjects.consumer_create(subjects.EVENTS_STREAM, ">")
+"""JetStream's creation of a filtered consumer of the events stream: the auth service's to
+call, for the clients (their consumers' deliver subjects checked first)."""
+CHECKED_CONSUMER_CREATE: Final = subjects.consumer_create(
+    subjects.EVENTS_STREAM, ">", subjects.CONSUMER_CHECK_API
+)
+"""Where the auth service takes the clients' consumer creations."""
 MONITOR_PUBLISH: Final = ("$SRV.>",)
 MONITOR_SUBSCRIBE: Final = (f"{subjects.SERVICE_INBOX_PREFIX}.>", subjects.PROGRESS_ALL)
 
@@ -240,10 +250,10 @@ def _config(
             for subject in CLIENT_SERVICES
         ]
         + [
-            # JetStream's own API prefix is served by each account's JetStream (the clients'
-            # has none): the import goes under a prefix of its own.
-            f'      {{ service: {{ account: {ACCOUNT}, subject: "{CONSUMER_CREATE}" }}, '
-            f'to: "{client_api}" }}',
+            # Consumer creation as JetStream's API (under a prefix of its own: each account's
+            # JetStream serves `$JS.API`), answered by the auth service, which checks it.
+            f"      {{ service: {{ account: {AUTH_ACCOUNT}, "
+            f'subject: "{CHECKED_CONSUMER_CREATE}" }}, to: "{client_api}" }}',
             f"      {{ service: {{ account: {AUTH_ACCOUNT}, "
             f'subject: "{subjects.AUTH_WHOAMI}" }} }}',
         ]
@@ -263,9 +273,14 @@ accounts {{
     users: [ {{ user: "{AUTH_USER}", password: {auth} }} ]
     exports: [
       {{ service: "{subjects.AUTH_WHOAMI}" }}
+      {{ service: "{CHECKED_CONSUMER_CREATE}" }}
       {{ stream: "{subjects.progress("auth")}" }}
       # Discovery: the monitor's `$SRV` pings reach the auth service too (one reply each).
       {{ service: "$SRV.>", response_type: stream }}
+    ]
+    imports: [
+      # What the auth service forwards of the clients' consumer creations.
+      {{ service: {{ account: {ACCOUNT}, subject: "{CONSUMER_CREATE}" }}, to: "{client_api}" }}
     ]
   }}
   {ACCOUNT} {{

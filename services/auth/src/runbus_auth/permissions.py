@@ -1,10 +1,12 @@
 """What a client connection may do on the bus, by owner: NATS allow-lists, pure data.
 
 A client publishes run requests and API calls (the gateway checks the token in each) and asks
-who it is; it subscribes only to its own inbox prefix and its own runs' events; and it may
-create JetStream consumers on the events stream only with a filter inside its own events (the
-create subject names the filter, and the server refuses a body that disagrees with it).
-Nothing else: no other inbox, no internal subject, no KV bucket, stream or object store.
+who it is; it subscribes only to its own inbox prefix (secret: derived from its token); and it
+may create JetStream consumers on the events stream only with a filter inside its own events
+(the create subject names the filter, and the server refuses a body that disagrees with it) and
+delivering into its own inbox (the auth service checks that before JetStream sees it). Nothing
+else: no other inbox, no events subject, no internal subject, no KV bucket, stream or object
+store.
 """
 
 from runbus import subjects
@@ -29,5 +31,8 @@ def client_permissions(principal: Principal, token_digest: str) -> UserPermissio
                 f"$JS.FC.{subjects.EVENTS_STREAM}.>",
             ]
         ),
-        sub=Permission(allow=[f"{inbox}.>", own_events]),
+        # Only the secret inbox: a reply another client steers somewhere (NATS cannot refuse a
+        # reply subject) lands where nobody else can subscribe. Live events come through a
+        # consumer delivering into it.
+        sub=Permission(allow=[f"{inbox}.>"]),
     )

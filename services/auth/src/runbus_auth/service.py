@@ -1,11 +1,13 @@
 """The auth service: answers nats-server's auth callout for every client connection (bearer
-token → a NATS user with that owner's permissions, or a refusal) and `runbus.auth.whoami`."""
+token → a NATS user with that owner's permissions, or a refusal), `runbus.auth.whoami`, and
+the clients' consumer creations (forwarded to JetStream when they deliver into their own inbox)."""
 
 import secrets
 import time
 from pathlib import Path
 from typing import Final, Self
 
+import nats.errors
 import nkeys
 import structlog
 from nats.aio.client import Client as NATS
@@ -20,7 +22,7 @@ from runbus.service import DEFAULT_OPTIONS, Endpoint, Service, ServiceOptions
 from runbus.settings import Settings, SettingsError
 from runbus.tokens import TokenVerifier, token_digest
 
-from . import jwt
+from . import consumers, jwt
 from .permissions import client_permissions
 
 CREDENTIAL_TTL: Final = Settings().client_credential_ttl
@@ -84,6 +86,9 @@ class AuthService(Service):
     async def on_listening(self) -> None:
         # The callout body is a JWT, not a runbus request: an endpoint that answers it itself.
         await self.listen_raw("callout", subjects.AUTH_CALLOUT, self.on_authorize)
+        await self.listen_raw(
+            "consumer_create", busauth.CHECKED_CONSUMER_CREATE, self.on_consumer_create
+        )
 
     async def on_whoami(self, ctx: RunContext, request: WhoAmI) -> Identity:
         principal = self.verifier.verify(ctx.auth)
@@ -93,6 +98,24 @@ class AuthService(Service):
             user_id=principal.user_id,
             inbox_prefix=subjects.client_inbox_prefix(token_digest(token.strip())),
         )
+
+    async def on_consumer_create(self, msg: Request) -> str | None:
+        """A client's consumer of its events: forwarded to JetStream when it delivers into the
+        client's own inbox, refused otherwise (returned, as the error `$SRV.STATS` counts)."""
+        reason = consumers.refusal(msg.subject, msg.data, self.verifier.holder)
+        if reason is not None:
+            self.log.warning("consumer_refused", subject=msg.subject[:300], reason=reason)
+            await msg.respond(consumers.refused(reason))
+            return f"forbidden: {reason}"
+        try:
+            reply = await self.nc.request(
+                consumers.forwarded(msg.subject), msg.data, timeout=self.options.request_timeout
+            )
+        except (nats.errors.NoRespondersError, nats.errors.TimeoutError) as exc:
+            await msg.respond(consumers.unavailable(f"JetStream did not answer: {exc}"))
+            return f"unavailable: {exc}"
+        await msg.respond(reply.data)
+        return None
 
     async def on_authorize(self, msg: Request) -> str | None:
         """One connection attempt: always answered, with a user or with the reason why not
