@@ -265,6 +265,9 @@ class AgentSpec(
     """`[[remote_agents]]`: A2A agents elsewhere the model may call as tools."""
     handoffs: list[Identifier] = []
     """Agents this one may hand the conversation to (the session's next runs go to them)."""
+    handoff_holds: Literal["session", "run"] = "session"
+    """Handed the conversation, this agent keeps it (`session`: until it hands it on) or
+    answers one run and gives it back to the agent the client addresses (`run`)."""
 
     def __post_init__(self) -> None:
         if self.harness.kind == "chat" and not self.model:
