@@ -58,6 +58,27 @@ def token_digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()[:32]
 
 
+def run_msg_id(token: str, run_id: str) -> str:
+    """`Nats-Msg-Id` of a run request sent with `token`. JetStream drops a re-publish of a key
+    it saw within its duplicate window, whoever sends it; this key also names the credential,
+    which nobody else can know: a retry of the sender's own request is dropped, and another
+    user publishing the same run id first never makes this request a dropped duplicate."""
+    return f"{run_id}.{token_digest(token)}"
+
+
+def msg_run_id(msg_id: str) -> str:
+    """The run id a run request's `Nats-Msg-Id` names."""
+    return msg_id.partition(".")[0]
+
+
+def is_run_msg_id(msg_id: str, auth: str | None, run_id: str) -> bool:
+    """Whether `msg_id` is a dedupe key of `run_id` sent with the `rb-auth` value `auth`: the
+    credential's own (`run_msg_id`), or the bare run id (a hand-made publish: another user
+    who publishes that bare id first within the window takes it)."""
+    _, _, token = (auth or "").partition(" ")
+    return msg_id == run_id or msg_id == run_msg_id(token.strip(), run_id)
+
+
 def parse_tokens(text: str, name: str) -> dict[str, Principal]:
     """The principals of a token file's text; `name` says which file in the error."""
     try:
