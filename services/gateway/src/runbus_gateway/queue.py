@@ -21,7 +21,7 @@ from runbus.decoding import decode_untrusted
 from runbus.errors import UnknownAgent
 from runbus.messages import RunRequest
 from runbus.messages.runs import RUN_REQUEST_DECODER, RunRecord
-from runbus.tokens import Principal, TokenVerifier
+from runbus.tokens import Principal, TokenVerifier, is_run_msg_id, msg_run_id
 
 from .agents import AgentSpec
 from .bookkeeping import MAX_ATTEMPTS, RunBook
@@ -114,7 +114,7 @@ class RunQueue:
         A retryable failure is redelivered with backoff; after MAX_ATTEMPTS the request moves
         to the dead letters with its error and the run fails. Every other failure is final.
         """
-        run_id = delivery.headers.get(h.MSG_ID, "")
+        run_id = msg_run_id(delivery.headers.get(h.MSG_ID, ""))
         agent = addressed_agent(delivery)
         principal: Principal | None = None
         run: LocalRun | None = None
@@ -138,9 +138,10 @@ class RunQueue:
     async def _admitted(
         self, delivery: Delivery, request: RunRequest, principal: Principal
     ) -> LocalRun:
-        """The run of an admitted request: its id is the owner's and its agent known."""
+        """The run of an admitted request, its agent known. A run id is its owner's own: the
+        same id of another owner is another run (records, events and cancels are keyed by
+        owner), so nobody can deny anyone a run id."""
         trace.get_current_span().set_attribute("runbus.run_id", request.run_id)
-        await self.owners.claim(request.run_id, principal.tenant, principal.user_id)
         agent = self.agents.get(request.agent)
         if agent is None:
             raise UnknownAgent(f"no agent named {request.agent!r}")
@@ -237,13 +238,14 @@ def addressed_agent(delivery: Delivery) -> str:
 
 def admit(delivery: Delivery, agent: str) -> RunRequest:
     """The request, if its body decodes, names the subject's `agent` and is deduped by its run
-    id (`Nats-Msg-Id` = `run_id`); `bad_request` otherwise, in one attempt."""
+    id (`Nats-Msg-Id` = `tokens.run_msg_id`, or the bare `run_id`); `bad_request` otherwise,
+    in one attempt."""
     msg = delivery.msg
     request = decode_untrusted(RUN_REQUEST_DECODER, msg.data, "run request")
     if agent != request.agent:
         raise AgentMismatch(agent, request.agent)
     msg_id = delivery.headers.get(h.MSG_ID, "")
-    if msg_id != request.run_id:
+    if not is_run_msg_id(msg_id, delivery.headers.get(h.AUTH), request.run_id):
         raise DedupeKeyMismatch(msg_id, request.run_id)
     return request
 
