@@ -37,7 +37,7 @@ from runbus.messages.runs import (
 )
 from runbus.owners import Owner
 from runbus.service import RAW_DECODER, Endpoint
-from runbus.tokens import Principal, TokenVerifier
+from runbus.tokens import Principal, TokenVerifier, msg_run_id
 
 from .agents import AgentSpec
 from .approvals import Approvals
@@ -131,7 +131,7 @@ class ClientApi:
         when there is none, or it is someone else's (its own token names its owner)."""
         async for msg in self._queue():
             stored = msg.headers or {}
-            if stored.get(h.MSG_ID) != run_id:
+            if msg_run_id(stored.get(h.MSG_ID, "")) != run_id:
                 continue
             try:
                 owner = self.verifier.verify(stored.get(h.AUTH))
