@@ -7,8 +7,10 @@ authenticated client API.
 
 The connection itself presents the token: the bus's auth service turns it into a NATS user
 that may publish run requests and API calls and subscribe only under its own inbox prefix.
-What `run`/`stream` send is exactly a `run.request` JSON body with `rb-auth` and `Nats-Msg-Id`,
-so any NATS client connected with the token can do the same by hand. Events are read from
+What `run`/`stream` send is exactly a `run.request` JSON body with `rb-auth` and `Nats-Msg-Id`
+(`<run_id>.<token digest>`: the dedupe key names the credential, so nobody else's request of
+the same run id is ever dropped as a duplicate of this one), so any NATS client connected with
+the token can do the same by hand. Events are read from
 the events stream by an ordered consumer delivering into that inbox (the live subject is not
 the client's to subscribe to): a client that starts late or reconnects replays from the start
 (or after a sequence it saw) with no gap and no duplicate, then follows live.
@@ -56,7 +58,7 @@ from .messages.auth import Identity, WhoAmI
 from .messages.runs import RUN_EVENT_DECODER, RunGet
 from .ops import Op
 from .telemetry import inject, messaging_attributes, traceparent_trace_id
-from .tokens import token_digest
+from .tokens import run_msg_id, token_digest
 
 Req = TypeVar("Req", bound=msgspec.Struct)
 Rep = TypeVar("Rep", bound=msgspec.Struct)
@@ -160,7 +162,7 @@ class RunbusClient:
             kind=SpanKind.PRODUCER,
             attributes=messaging_attributes(subject, "send", message_size=len(data)),
         ):
-            headers = {h.AUTH: f"Bearer {self.token}", h.MSG_ID: run_id}
+            headers = {h.AUTH: f"Bearer {self.token}", h.MSG_ID: run_msg_id(self.token, run_id)}
             inject(headers)
             try:
                 ack = await self.nc.jetstream().publish(subject, data, headers=headers)
