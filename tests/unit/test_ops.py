@@ -65,7 +65,7 @@ def _endpoints() -> dict[str, list[Endpoint]]:
         nc,
         Bus(nc, services[0].tracer),
         TokenVerifier.from_file(),
-        RunRecords(kv),
+        RunRecords(kv, nc.jetstream()),
         Approvals(kv),
         agents={},
     )
