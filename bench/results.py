@@ -88,6 +88,10 @@ class BusMessages(Record, kw_only=True):
     by_kind: dict[str, float]
     hops_by_subject: dict[str, float]
     kv_and_other_by_subject: dict[str, float]
+    stored_by_stream: dict[str, float] = {}
+    """Messages each stream stored per run (its last sequence moved by that much over the
+    counted runs; a KV bucket is its stream `KV_<bucket>`): every one an acknowledged write,
+    which with `sync_interval: always` is an fsync."""
 
 
 class WholeRun(Record, kw_only=True):

@@ -347,6 +347,9 @@ async def bench_processes(args: argparse.Namespace, results: Results) -> None:
                 + ", ".join(f"{k} {v:g}" for k, v in messages.hops_by_subject.items())
                 + "\n  KV writes and other by subject: "
                 + ", ".join(f"{k} {v:g}" for k, v in messages.kv_and_other_by_subject.items())
+                + f"\n  stored writes per run: {sum(messages.stored_by_stream.values()):g} ("
+                + ", ".join(f"{k} {v:g}" for k, v in messages.stored_by_stream.items())
+                + ")"
             )
             print(
                 "  RSS after the runs (MiB): "

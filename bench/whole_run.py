@@ -147,11 +147,13 @@ async def bus_messages(bench: Bench, clients: Clients, n: int) -> BusMessages:
     try:
         sub = await monitor.subscribe(">", cb=count)
         await monitor.flush()
+        before = await last_sequences(monitor)
         for _ in range(n):
             await clients.one()
         await monitor.flush()
         await asyncio.sleep(0.5)  # the last run's acks and replies trail its final event
         await sub.unsubscribe()
+        after = await last_sequences(monitor)
     finally:
         await monitor.close()
     by_kind = dict.fromkeys(BUS_KINDS, 0.0)
@@ -163,7 +165,24 @@ async def bus_messages(bench: Bench, clients: Clients, n: int) -> BusMessages:
     }
     for (kind, _), times in seen.items():
         by_kind[kind] += times / n
-    return BusMessages(runs=n, by_kind=by_kind, hops_by_subject=hops, kv_and_other_by_subject=other)
+    stored = {
+        name: (seq - before.get(name, 0)) / n
+        for name, seq in sorted(after.items())
+        if seq != before.get(name, 0)
+    }
+    return BusMessages(
+        runs=n,
+        by_kind=by_kind,
+        hops_by_subject=hops,
+        kv_and_other_by_subject=other,
+        stored_by_stream=stored,
+    )
+
+
+async def last_sequences(nc: NATS) -> dict[str, int]:
+    """Every stream's last sequence: what it has stored so far, deletions or not."""
+    streams = await nc.jetstream().streams_info()
+    return {info.config.name or "": info.state.last_seq for info in streams}
 
 
 async def concurrent(

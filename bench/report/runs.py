@@ -78,6 +78,20 @@ def messages_section(results: Results) -> list[str]:
         )
         + ".",
         "",
+        *stored_writes(messages.stored_by_stream),
+    ]
+
+
+def stored_writes(stored: dict[str, float]) -> list[str]:
+    """What a run stores, by stream: each message an acknowledged, fsynced write."""
+    if not stored:
+        return []
+    return [
+        f"Stored writes per run (3-tool run; each an acknowledged write, fsynced with "
+        f"`sync_interval: always`): {count(sum(stored.values()))} — "
+        + ", ".join(f"`{k}` {count(v)}" for k, v in stored.items())
+        + ".",
+        "",
     ]
 
 
