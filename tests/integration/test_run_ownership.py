@@ -1,8 +1,8 @@
 """A run belongs to its owner from admission on: users of the same and of another tenant, with
-valid credentials, reuse alice's run id, decide her approval, cancel and read her run; each
-gets `conflict` or `not_found`, and alice's run, record, events and booking stay hers."""
+valid credentials, decide her approval, cancel and read her run, each getting `not_found`; the
+same run id from them is a run of their own, which neither drops nor touches hers. Alice's
+run, record, events and booking stay hers."""
 
-import functools
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -16,12 +16,13 @@ from nats.aio.client import Client as NATS
 from runbus import ops, subjects
 from runbus.client import RunbusClient
 from runbus.errors import RemoteError
-from runbus.messages import HistoryLoad, ModelRequest, RunCompleted, RunFailed
+from runbus.messages import HistoryLoad, ModelRequest, RunCompleted, RunEvent, RunFailed
 from runbus.messages.runs import (
     ApprovalDecide,
     RunCancel,
     RunGet,
 )
+from runbus.tokens import run_msg_id
 from runbus_examples import AGENTS_DIR
 from runbus_examples.travel import ledger
 from runbus_gateway.agents import load_agents
@@ -156,13 +157,23 @@ async def test_another_owner_can_neither_reuse_nor_steer_a_run_id_and_alice_book
         history = await alice.call(ops.HISTORY_LOAD, HistoryLoad(session_id="trip"))
         alice_events = [e for e in await _stored_events(alice.nc, run_id) if e[1] == "alice"]
 
-        # Past the dedupe window the re-published id reaches the gateway: a conflict, for the
-        # requester only, from a user of the same tenant and from another tenant.
-        for client in (bob, carol):
-            await eventually(functools.partial(_publish_as, client, run_id, msg_id=run_id), 10)
-        conflicts = {
-            name: await _own_failure(users[name], name, run_id) for name in ("bob", "carol")
-        }
+        # Alice's run id from a user of the same tenant (as a bare id) and from another tenant
+        # (with her credential's dedupe key), at once (within the duplicate window): each is a
+        # run of its own user's, who is asked for its approval and denies it.
+        theirs: dict[str, list[RunEvent]] = {}
+        for name, client in (("bob", bob), ("carol", carol)):
+            msg_id = run_id if name == "bob" else run_msg_id(client.token, run_id)
+            assert await _publish_as(client, run_id, msg_id=msg_id, session_id=f"{name}-trip")
+            their_ask = await approval_requested(client, run_id)
+            await client.call(
+                ops.API_APPROVALS_DECIDE,
+                ApprovalDecide(run_id=run_id, call_id=their_ask.call_id, decision="denied"),
+            )
+            theirs[name] = [
+                i.event
+                async for i in client.follow(run_id, timeout=20)
+                if isinstance(i.event, RunCompleted | RunFailed)
+            ]
         after = await alice.call(ops.API_RUNS_GET, RunGet(run_id=run_id))
         history_after = await alice.call(ops.HISTORY_LOAD, HistoryLoad(session_id="trip"))
         alice_events_after = [e for e in await _stored_events(alice.nc, run_id) if e[1] == "alice"]
@@ -176,21 +187,23 @@ async def test_another_owner_can_neither_reuse_nor_steer_a_run_id_and_alice_book
     assert "Nats-Msg-Id" in mismatch["error"]["message"]
     assert refused == {"bob": ["not_found"] * 4, "carol": ["not_found"] * 4}
     assert [type(e) for e in final] == [RunCompleted]
-    assert {name: c["error"]["code"] for name, c in conflicts.items()} == {
-        "bob": "conflict",
-        "carol": "conflict",
+    assert {name: [type(e) for e in final] for name, final in theirs.items()} == {
+        "bob": [RunCompleted],
+        "carol": [RunCompleted],
     }
     assert after.record == before.record
     assert after.record.status == "completed"
     assert (after.record.tenant, after.record.user_id) == ("acme", "alice")
     assert history_after.messages == history.messages
     assert alice_events_after == alice_events
-    # What alice follows holds her run's events only; each conflict went to its requester.
+    # What alice follows holds her run's events only; each other run's went to its own user.
     assert on_alices_subject == alice_events
-    assert {u: [e[2]["type"] for e in found] for u, found in on_their_subjects.items()} == {
-        "bob": ["run.failed"],
-        "carol": ["run.failed"],
+    assert {u: found[-1][2]["type"] for u, found in on_their_subjects.items()} == {
+        "bob": "run.completed",
+        "carol": "run.completed",
     }
+    assert all(e[:2] == ("acme", "bob") for e in on_their_subjects["bob"])
+    assert all(e[:2] == ("globex", "carol") for e in on_their_subjects["carol"])
     assert [e[2]["type"] for e in alice_events][-1] == "run.completed"
     [booking] = ledger.bookings(run_id)
     assert (booking.passenger, booking.tenant, booking.approved_by) == ("alice", "acme", "alice")
