@@ -1,0 +1,85 @@
+"""The cluster suite: one cluster of network namespaces per module, sizes and the report.
+
+`make test` runs the short size (one fault, a few runs); `make jepsen` sets
+`RUNBUS_JEPSEN=full` for every fault at full size and `RUNBUS_JEPSEN_REPORT=<path>`, where
+the session writes the counted table as markdown, headed by the commit it was measured on.
+"""
+
+import os
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from tests.cluster.harness import Cluster, running_cluster
+
+FULL = os.environ.get("RUNBUS_JEPSEN") == "full"
+
+N = TypeVar("N", int, float)
+
+
+def jepsen_size(short: N, full: N) -> N:
+    return full if FULL else short
+
+
+def commit() -> str:
+    """The commit measured (`+dirty` when the tree differs from it)."""
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], check=False).returncode
+    return out.stdout.strip() + ("+dirty" if dirty else "")
+
+
+@dataclass
+class ClusterReport:
+    rows: list[dict[str, object]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def markdown(self) -> str:
+        lines = [
+            "# runbus on a three-node cluster, under faults",
+            "",
+            f"Commit `{commit()}`, measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC with "
+            f"`{'make jepsen' if FULL else 'make test'}` (tests/cluster): three hosts as "
+            "network namespaces, each a nats-server node of deploy/nats/cluster.conf and "
+            "runbus services, a fourth host for the client. Counts are per fault.",
+        ]
+        if self.rows:
+            columns = list(dict.fromkeys(key for row in self.rows for key in row))
+            lines += ["", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+            lines += [
+                "| " + " | ".join(str(r.get(c, "")) for c in columns) + " |" for r in self.rows
+            ]
+        if self.notes:
+            lines += ["", "## Notes", ""] + [f"- {note}" for note in self.notes]
+        return "\n".join(lines) + "\n"
+
+
+@pytest.fixture(scope="session")
+def cluster_report() -> Iterator[ClusterReport]:
+    report = ClusterReport()
+    yield report
+    target = os.environ.get("RUNBUS_JEPSEN_REPORT")
+    if target and report.rows:
+        Path(target).parent.mkdir(parents=True, exist_ok=True)
+        Path(target).write_text(report.markdown())
+
+
+@pytest.fixture(scope="module")
+async def cluster(
+    tmp_path_factory: pytest.TempPathFactory, cluster_report: ClusterReport
+) -> AsyncIterator[Cluster]:
+    async with running_cluster(tmp_path_factory.mktemp("cluster")) as running:
+        cluster_report.notes.append(
+            f"cluster up (3 nodes, 16 services) in {running.started_in:.1f}s"
+        )
+        cluster_report.notes += running.start_notes
+        yield running
