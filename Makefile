@@ -36,14 +36,19 @@ run: setup ## Run the demo: embedded NATS and the seven services, one short conv
 up-local: setup ## Start the stack here without docker: embedded NATS + the seven services, until Ctrl-C
 	$(UV_RUN) runbus up
 
-FAST = not (chaos or e2e or subprocess or slow or browser or real_model)
+FAST = not (chaos or e2e or subprocess or slow or browser or real_model or cluster)
 
 .PHONY: browser
 browser: ## Install Debian's chromium for the console's browser tests (Playwright never downloads one)
 	@command -v chromium >/dev/null 2>&1 || (apt-get update && apt-get install -y chromium)
 
+.PHONY: iptables
+iptables: ## Install iptables for the cluster suite's partitions if absent (root; tests/cluster says why it cannot run without)
+	@command -v iptables >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get install -y -qq iptables; } \
+	  || echo "iptables not installed: tests/cluster will fail saying so"
+
 .PHONY: test
-test: setup browser ## Run the whole test suite (every lane; pytest exit 5, nothing collected, fails)
+test: setup browser iptables ## Run the whole test suite (every lane; pytest exit 5, nothing collected, fails)
 	$(UV_RUN) pytest
 
 .PHONY: test-fast
@@ -53,6 +58,10 @@ test-fast: setup ## The inner loop: unit, contract and fast integration tests, o
 .PHONY: chaos
 chaos: setup ## Kill matrix, NATS restart, fuzz and isolation sweep at full size; writes bench/results/chaos.md
 	RUNBUS_CHAOS=full RUNBUS_CHAOS_REPORT=bench/results/chaos.md $(UV_RUN) pytest tests/chaos --timeout 1800
+
+.PHONY: jepsen
+jepsen: setup iptables ## Every fault on a 3-node NATS cluster in network namespaces, full size (root); writes bench/results/cluster.md
+	RUNBUS_JEPSEN=full RUNBUS_JEPSEN_REPORT=bench/results/cluster.md $(UV_RUN) pytest tests/cluster --timeout 1800
 
 .PHONY: lint
 lint: setup ## Ruff (lint and format check), mypy --strict (tests/ and bench/ too), codespell, compose and k8s schemas
