@@ -27,6 +27,8 @@ from .context import (
     instructions,
 )
 from .events import RunEvents
+from .handoffs import PREFIX as HANDOFF_PREFIX
+from .handoffs import HandoffTools
 from .ports import RunPorts
 from .state import Context, RunState
 from .tools import Toolsets
@@ -79,6 +81,7 @@ async def start(
         *(t.name for t in harness.tools),
         *(t.tool_name for t in agent.agent_tools),
         *(a.name for a in agent.remote_agents),
+        *(f"{HANDOFF_PREFIX}{name}" for name in agent.handoffs),
     ]
     check_client_tools(agent.name, agent.client_tools, own, client_tools)
     opening = asyncio.ensure_future(_open_session(ports, ctx, agent))
@@ -99,6 +102,7 @@ async def start(
             ),
             *([approving(MemorySearchTool(ports, ctx))] if agent.memory.offers_tool else []),
             HarnessTools(harness, session),
+            *([HandoffTools(agent, ctx, session)] if agent.handoffs else []),
             *([ClientTools(client_tools, ports, ctx, waiting, on_waiting)] if client_tools else []),
         ],
         waiting,
