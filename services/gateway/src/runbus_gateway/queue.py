@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass
 from typing import Final
 
+import msgspec
 import structlog
 from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StorageType, StreamConfig
 from opentelemetry import trace
@@ -34,6 +35,7 @@ from .errors import (
 from .local_run import LocalRun, Slots
 from .owners import RunOwners
 from .ports import BusPorts
+from .run.handoffs import session_agent
 from .runs import RunRecords, now
 from .tenants import TenantSlots
 
@@ -145,6 +147,11 @@ class RunQueue:
         agent = self.agents.get(request.agent)
         if agent is None:
             raise UnknownAgent(f"no agent named {request.agent!r}")
+        # A session handed to another agent goes on with it (run/handoffs.py); a delivery
+        # after the first stays with the agent the first one ran.
+        held = await self._session_agent(delivery, request, agent, principal)
+        if held is not agent:
+            agent, request = held, msgspec.structs.replace(request, agent=held.name)
         return LocalRun(
             request,
             agent,
@@ -155,6 +162,21 @@ class RunQueue:
             slots=self.slots,
             renew_every=self.heartbeat,
         )
+
+    async def _session_agent(
+        self, delivery: Delivery, request: RunRequest, agent: AgentSpec, principal: Principal
+    ) -> AgentSpec:
+        if delivery.attempt > 1:
+            earlier = await self.records.get(principal.tenant, principal.user_id, request.run_id)
+            if earlier is not None and earlier.agent in self.agents:
+                return self.agents[earlier.agent]
+        ctx = h.RunContext(
+            run_id=request.run_id,
+            session_id=request.session_id,
+            agent=request.agent,
+            props={"user_id": principal.user_id, "tenant": principal.tenant},
+        )
+        return await session_agent(self.ports, ctx, agent, self.agents)
 
     async def _may_run(self, delivery: Delivery, run: LocalRun) -> None:
         """Not when its owner cancelled it while it waited in the stream for its retry, nor
