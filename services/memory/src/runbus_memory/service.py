@@ -5,7 +5,7 @@ through the `runbus.memory.writes` stream), search in the agent's search scope, 
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final, Self
@@ -130,6 +130,8 @@ class MemoryService(Service):
         self._idle = asyncio.Event()
         self._idle.set()
         self._unscoped_logged: set[str] = set()
+        self._reconciling: dict[tuple[str, str], tuple[asyncio.Lock, int]] = {}
+        """A lock per user with model-policy writes in hand, and how many are waiting."""
 
     @classmethod
     def from_settings(cls, nc: NATS, settings: Settings, tracer_provider: TracerProvider) -> Self:
@@ -265,7 +267,8 @@ class MemoryService(Service):
         if ctx.prop(MEMORY_STORE_PROP) == "model":
             write_id = ctx.run_id or str(uuid.uuid4())
             texts = [r.text for r in records]
-            plan = await self._remember(ctx, scope, texts, write_id, datetime.now(UTC))
+            async with self._user_lock(scope):
+                plan = await self._remember(ctx, scope, texts, write_id, datetime.now(UTC))
             return MemoryStored(memory_ids=[r.memory_id for r in plan.stored])
         await self.memories.upsert(records)
         return MemoryStored(memory_ids=[r.memory_id for r in records])
@@ -383,9 +386,14 @@ class MemoryService(Service):
 
     async def on_write(self, delivery: Delivery) -> None:
         """One queued write (under its consumer span): refused at once if it can never be
-        stored, else handed to the writer; its slot is held until it is stored or retried."""
+        stored, else handed to the writer; its slot is held until it is stored or retried. A
+        write of the model policy is extracted and reconciled on its own."""
         records = await self._prepare(delivery)
         if records is None:
+            return
+        ctx = RunContext.from_headers(delivery.headers)
+        if ctx.prop(MEMORY_STORE_PROP) == "model":
+            await self._extract(delivery, ctx, [r.text for r in records])
             return
         write = QueuedWrite(delivery=delivery, records=records)
         await self._inbox.put(write)
@@ -399,9 +407,13 @@ class MemoryService(Service):
         # Stamped with the publish time and keyed by the run, so a replay plans the same.
         at = metadata.timestamp or datetime.now(UTC)
         write_id = ctx.run_id or f"stream-{metadata.sequence.stream}"
+        scope = StorageScope.from_context(ctx)
         keep_alive = asyncio.create_task(self._keep_in_progress(delivery))
         try:
-            await self._remember(ctx, StorageScope.from_context(ctx), texts, write_id, at)
+            # One user's writes are reconciled one at a time: each sees what the last stored,
+            # and a write delivered twice at once is applied by the first and skipped after.
+            async with self._user_lock(scope):
+                await self._remember(ctx, scope, texts, write_id, at)
         except reconcile.ExtractionInvalid as exc:
             self.log.warning("memory_extraction_invalid", run_id=ctx.run_id, problem=exc.problem)
         except Exception as exc:
@@ -457,6 +469,21 @@ class MemoryService(Service):
             refused=[d.verdict for d in plan.decisions if d.action == "refused"],
         )
         return plan
+
+    @contextlib.asynccontextmanager
+    async def _user_lock(self, scope: StorageScope) -> AsyncIterator[None]:
+        key = (scope.tenant, scope.user_id)
+        lock, holders = self._reconciling.get(key, (asyncio.Lock(), 0))
+        self._reconciling[key] = (lock, holders + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, holders = self._reconciling[key]
+            if holders == 1:
+                del self._reconciling[key]
+            else:
+                self._reconciling[key] = (lock, holders - 1)
 
     async def _keep_in_progress(self, delivery: Delivery) -> None:
         while True:
