@@ -16,7 +16,8 @@ results.json, results.md and the plots from them.
    (bench/slow_model.py), and where one run's time beyond the 300 ms calls goes
    (bench/overhead.py); run cost against session length, with and without persisted
    compaction (bench/session_length.py).
-7. the per-service sections: history, compaction, model_router, tools, memory; mcp_tool (a run
+7. the per-service sections: history, compaction, model_router, tools, memory, memory_eval (store
+   precision/recall and recall@k on the labelled set); mcp_tool (a run
    calling an MCP stdio tool vs a native one) and held_deltas (text held for output guardrails).
 
 `--targets` runs only what the targets are judged from (TARGET_SECTIONS); `--sections a,b` or
@@ -450,6 +451,7 @@ SECTIONS = (
     "model_router",
     "tools",
     "memory",
+    "memory_eval",
     "real_model",
     "long_session",
     "held_deltas",
@@ -461,6 +463,7 @@ QUICK_KWARGS: dict[str, dict[str, int]] = {
     "history": {"repeat": 50},
     "model_router": {"n": 500},
     "memory": {"repeat": 100, "writes": 300},
+    "memory_eval": {"real_model": 0},
     "long_session": {"turns": 200},
     "held_deltas": {"runs": 5},
     "mcp_tool": {"runs": 20},
