@@ -190,9 +190,14 @@ class RunQueue:
             raise DeadLettered(delivery.attempt - 1, "the gateway stopped during every attempt")
 
     async def _execute(self, run: LocalRun) -> None:
-        # The `running` record is written alongside the run rather than before it; it is only
-        # a status for people, and it always lands before the final record (awaited below).
-        noted = asyncio.ensure_future(self.records.put(run.record))
+        # A first delivery that never queued writes no `running` record (each stored write is
+        # an fsync): until its final record, runs.get and runs.list read it off its own events
+        # (runs.py). A later delivery, or one that queued for its tenant, may have a record
+        # that says otherwise: that one is brought up to date alongside the run (only a status
+        # for people), and it always lands before the final record (awaited below).
+        noted: asyncio.Future[None] | None = None
+        if run.record.attempts > 1 or run.record.status != "running":
+            noted = asyncio.ensure_future(run.set_status("running"))
         agent, ctx = run.agent, run.ctx
         with self.tracer.start_as_current_span(
             f"invoke_agent {agent.name}",
@@ -215,8 +220,9 @@ class RunQueue:
             try:
                 completed = await run.execute(self.ports)
             finally:
-                with contextlib.suppress(Exception):
-                    await noted
+                if noted is not None:
+                    with contextlib.suppress(Exception):
+                        await noted
             log.info(
                 "run_completed", run_id=run.run_id, output_tokens=completed.usage.output_tokens
             )
