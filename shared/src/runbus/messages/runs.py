@@ -96,6 +96,23 @@ class RunApprovalRequested(Message, frozen=True, tag="run.approval_requested"):
     """Epoch seconds after which it counts as denied."""
 
 
+class RunPaused(Message, frozen=True, tag="run.paused"):
+    run_id: str
+    """The run, paused at a step boundary until its owner resumes it (`runs.resume`)."""
+    step: int
+    """Model replies stored before the pause."""
+    calls: list[FunctionCallContent] = []
+    """The calls of the model's last reply, not run yet: its owner may change their
+    arguments or drop them (`runs.edit`) before resuming."""
+
+
+class RunResumed(Message, frozen=True, tag="run.resumed"):
+    run_id: str
+    """The run, going on after a pause."""
+    calls: list[FunctionCallContent] = []
+    """The calls it runs next, as edited."""
+
+
 class RunCompacted(Message, frozen=True, tag="run.compacted"):
     run_id: str
     """The run."""
@@ -126,7 +143,9 @@ class RunFailed(Message, frozen=True, tag="run.failed"):
     """Why it failed."""
 
 
-RunStatus = Literal["queued", "running", "waiting_approval", "completed", "failed", "cancelled"]
+RunStatus = Literal[
+    "queued", "running", "waiting_approval", "paused", "completed", "failed", "cancelled"
+]
 
 
 class RunRecord(Record, frozen=True):
@@ -235,6 +254,89 @@ class RunCancel(Message, frozen=True, tag="runs.cancel"):
     """Run to cancel; its checkpoint is kept and its session released."""
 
 
+class RunPause(Message, frozen=True, tag="runs.pause"):
+    run_id: Identifier
+    """Run to pause at its next step boundary (before its next model call, or before the
+    calls of the model's reply run); its slot is freed while it is paused."""
+
+
+class RunPendingGet(Message, frozen=True, tag="runs.pending"):
+    run_id: Identifier
+    """Paused run whose pending step to read."""
+
+
+class CallEdit(Record, frozen=True):
+    call_id: str
+    """A pending call, as in `run.paused`."""
+    arguments: dict[str, Any]
+    """Its new arguments, checked against the tool's schema as the model's would be."""
+
+
+class RunEdit(Message, frozen=True, tag="runs.edit"):
+    run_id: Identifier
+    """Paused run to edit; it stays paused (`runs.resume` goes on)."""
+    replace: list[CallEdit] = []
+    """Calls whose arguments change."""
+    drop: list[str] = []
+    """Ids of calls not to run (the model never sees them)."""
+    add: list[Annotated[str, msgspec.Meta(max_length=16384)]] = []
+    """User messages the model reads next (after the results of the pending calls)."""
+
+
+class RunPending(Message, frozen=True, tag="runs.pending_step"):
+    run_id: str
+    """The run."""
+    status: Literal["requested", "paused", "resumed"]
+    """`requested`: it pauses at its next step boundary; `paused`: it waits for `runs.resume`;
+    `resumed`: it went on."""
+    step: int = 0
+    """Model replies stored before the pause."""
+    calls: list[FunctionCallContent] = []
+    """The model's last reply's calls, not run yet (as edited so far)."""
+    messages: list[ChatMessage] = []
+    """What is not stored yet: the model's reply holding `calls`, then the messages added."""
+    tools: list[ToolSpec] = []
+    """The tools of the pending calls, with the schemas their arguments must meet."""
+
+
+class RunResume(Message, frozen=True, tag="runs.resume"):
+    run_id: Identifier
+    """Paused run to go on (a pause not reached yet is called off)."""
+
+
+class RunFork(Message, frozen=True, tag="runs.fork"):
+    run_id: Identifier
+    """Run to fork (time travel): a new session starts from one of its checkpoints."""
+    session_id: Identifier
+    """The new session; it must not exist yet."""
+    checkpoint: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    """How many of the run's stored messages the new session keeps, after the history the
+    run started from (0: none; 1: its input; then each model reply and tool result).
+    None: all of them."""
+
+
+class RunCheckpoint(Record, frozen=True):
+    checkpoint: int
+    """What `RunFork.checkpoint` names it by."""
+    message_id: str
+    """The last message a fork from here keeps."""
+    role: str
+    """That message's role."""
+
+
+class RunForked(Message, frozen=True, tag="runs.forked"):
+    run_id: str
+    """The run forked."""
+    session_id: str
+    """The new session, holding the run's transcript up to the checkpoint as stored."""
+    checkpoint: int
+    """The checkpoint it starts from."""
+    messages: int
+    """Messages the new session holds."""
+    checkpoints: list[RunCheckpoint] = []
+    """Every checkpoint of the run (for the next fork)."""
+
+
 class AgentList(Message, frozen=True, tag="agents.list"):
     """Ask for the agents the caller may run."""
 
@@ -256,6 +358,8 @@ class AgentListed(Message, frozen=True, tag="agents.listed"):
 RunEvent = (
     RunStarted
     | RunApprovalRequested
+    | RunPaused
+    | RunResumed
     | RunCompacted
     | RunTextDelta
     | RunToolCall
