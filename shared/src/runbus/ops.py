@@ -34,10 +34,17 @@ from .messages.runs import (
     ClientToolAnswer,
     ClientToolAnswered,
     RunCancel,
+    RunEdit,
+    RunFork,
+    RunForked,
     RunGet,
     RunInfo,
     RunList,
     RunListed,
+    RunPause,
+    RunPending,
+    RunPendingGet,
+    RunResume,
 )
 from .messages.sessions import (
     SessionDelete,
@@ -159,6 +166,11 @@ API_RUNS_CANCEL: Final = _api("runs.cancel", RunCancel, RunInfo)
 API_APPROVALS_DECIDE: Final = _api("approvals.decide", ApprovalDecide, ApprovalDecided)
 API_CLIENT_TOOLS_ANSWER: Final = _api("client_tools.answer", ClientToolAnswer, ClientToolAnswered)
 API_AGENTS_LIST: Final = _api("agents.list", AgentList, AgentListed)
+API_RUNS_PAUSE: Final = _api("runs.pause", RunPause, RunPending)
+API_RUNS_PENDING: Final = _api("runs.pending", RunPendingGet, RunPending)
+API_RUNS_EDIT: Final = _api("runs.edit", RunEdit, RunPending)
+API_RUNS_RESUME: Final = _api("runs.resume", RunResume, RunPending)
+API_RUNS_FORK: Final = _api("runs.fork", RunFork, RunForked)
 
 FORWARDED: Final[tuple[Op[Any, Any], ...]] = (
     MEMORY_LIST,
@@ -212,5 +224,10 @@ ALL: Final[tuple[Op[Any, Any] | NamedOp[Any, Any], ...]] = (
     API_APPROVALS_DECIDE,
     API_CLIENT_TOOLS_ANSWER,
     API_AGENTS_LIST,
+    API_RUNS_PAUSE,
+    API_RUNS_PENDING,
+    API_RUNS_EDIT,
+    API_RUNS_RESUME,
+    API_RUNS_FORK,
 )
 """Every operation, for checks that nothing answers or sends outside this list."""
