@@ -15,6 +15,8 @@ from .messages import (
     RunCompleted,
     RunEvent,
     RunFailed,
+    RunPaused,
+    RunResumed,
     RunStarted,
     RunTextDelta,
     RunToolCall,
@@ -43,6 +45,14 @@ class EventPrinter:
                     f"  ? {tool} needs approval: {reason}\n"
                     f"    runbus approve {event.run_id} {call_id}   (or: runbus deny …)"
                 )
+            case RunPaused(step=step, calls=calls):
+                pending = ", ".join(f"{c.name} ({c.call_id})" for c in calls) or "no calls"
+                self._line(
+                    f"  || paused after step {step}: {pending}\n"
+                    f"    runbus runs pending|edit|resume {event.run_id}"
+                )
+            case RunResumed():
+                self._line("  |> resumed")
             case RunCompacted(report=report):
                 self._line(
                     f"  (context compacted by {report.strategy}: {report.tokens_before} → "
@@ -89,9 +99,18 @@ def waiting_on(event: RunEvent | None) -> str:
             return f"waiting for tool {call.name}"
         case RunApprovalRequested(tool=tool):
             return f"waiting for a decision on {tool} (runbus approve/deny)"
+        case RunPaused():
+            return "paused: waiting for its owner to resume it (runbus runs resume)"
         case RunTextDelta():
             return "the model is still answering"
-        case RunStarted() | RunCompacted() | RunToolResult() | RunCompleted() | RunFailed():
+        case (
+            RunStarted()
+            | RunResumed()
+            | RunCompacted()
+            | RunToolResult()
+            | RunCompleted()
+            | RunFailed()
+        ):
             return "waiting for the model"
         case _:
             assert_never(event)
