@@ -1,18 +1,16 @@
 """Child runs over the bus: the request published into the run queue with the parent's own
-credential and trace, and the wait for the child's final event in the events stream — which
-keeps it for a parent that comes back after a restart. A cancel of the parent, heard on its
-cancel subject while it waits, is passed on to the child."""
+credential and trace, and the wait for the child's final event — live, and from the events
+stream, which keeps it for a parent that comes back after a restart. A cancel of the parent,
+heard on its cancel subject while it waits, is passed on to the child."""
 
 import asyncio
 import contextlib
-import uuid
 from typing import Final
 
 import nats.errors
 import nats.js.errors
 import structlog
 from nats.aio.msg import Msg
-from nats.js.api import ConsumerConfig, DeliverPolicy
 from opentelemetry.trace import SpanKind
 
 from runbus import headers as h
@@ -24,7 +22,8 @@ from runbus.messages.runs import RUN_EVENT_DECODER
 from runbus.telemetry import inject, messaging_attributes
 
 WAIT_SLICE: Final = 5.0
-"""Seconds between looks at the parent's deadline while its child has nothing to say."""
+"""Seconds of the child's silence after which its stored events are read (and the parent's
+deadline looked at)."""
 
 log = structlog.get_logger()
 
@@ -34,7 +33,7 @@ class ChildRuns:
         self.bus = bus
 
     async def call_agent(
-        self, ctx: RunContext, request: RunRequest, tool: str
+        self, ctx: RunContext, request: RunRequest, tool: str, *, first_send: bool
     ) -> RunCompleted | RunFailed:
         tenant, user_id = ctx.prop("tenant"), ctx.prop("user_id")
         child = request.run_id
@@ -53,19 +52,31 @@ class ChildRuns:
             async def on_parent_cancel(_: Msg) -> None:
                 await self._cancel(tenant, user_id, child)
 
+            arrived: asyncio.Queue[bytes] = asyncio.Queue()
+
+            async def on_event(msg: Msg) -> None:
+                arrived.put_nowait(msg.data)
+
+            events = subjects.events(tenant, user_id, child)
+            # Both listened to before the child is published: nothing it says is missed
+            # while the connection holds (the stream is read when it may not have).
             cancels = await self.bus.nc.subscribe(
                 subjects.run_cancel(tenant, user_id, ctx.run_id), cb=on_parent_cancel
             )
+            live = await self.bus.nc.subscribe(events, cb=on_event)
             try:
-                events = subjects.events(tenant, user_id, child)
-                if await self._last_event(events) is None:
+                # A call this run never sent cannot have a child yet; a resumed one may.
+                last = None if first_send else await self._last_event(events)
+                if last is None:
                     await self._publish(ctx, request)
                 else:
                     log.info("child_run_found", run_id=ctx.run_id, child_run_id=child)
-                return await self._final_event(ctx, events, child)
+                    arrived.put_nowait(last)
+                return await self._final_event(ctx, events, child, arrived)
             finally:
-                with contextlib.suppress(nats.errors.ConnectionClosedError):
-                    await cancels.unsubscribe()
+                for subscription in (live, cancels):
+                    with contextlib.suppress(nats.errors.Error):
+                        await subscription.unsubscribe()
 
     async def _publish(self, ctx: RunContext, request: RunRequest) -> None:
         """Into the run queue, deduped by the child's id (a second delivery of the parent
@@ -89,6 +100,7 @@ class ChildRuns:
         )
 
     async def _last_event(self, events: str) -> bytes | None:
+        """The last event the child stored, if any."""
         try:
             msg = await self.bus.js.get_last_msg(subjects.EVENTS_STREAM, events)
         except nats.js.errors.NotFoundError:
@@ -96,50 +108,33 @@ class ChildRuns:
         return msg.data
 
     async def _final_event(
-        self, ctx: RunContext, events: str, child: str
+        self, ctx: RunContext, events: str, child: str, arrived: asyncio.Queue[bytes]
     ) -> RunCompleted | RunFailed:
-        """The child's `run.completed` or `run.failed`: its last stored event first (it may
-        have ended while nobody waited), then what it publishes, until the parent's deadline
-        (the child is cancelled then)."""
-        arrived: asyncio.Queue[Msg] = asyncio.Queue()
-
-        async def on_event(msg: Msg) -> None:
-            arrived.put_nowait(msg)
-
-        subscription = await self.bus.js.subscribe(
-            events,
-            stream=subjects.EVENTS_STREAM,
-            ordered_consumer=True,
-            config=ConsumerConfig(
-                name=f"child-{uuid.uuid4().hex}", deliver_policy=DeliverPolicy.LAST_PER_SUBJECT
-            ),
-            cb=on_event,
-        )
-        try:
-            while True:
-                left = ctx.time_left()
-                if left is not None and left <= 0:
-                    await self._cancel(ctx.prop("tenant"), ctx.prop("user_id"), child)
-                    return RunFailed(
-                        run_id=child,
-                        error=ErrorInfo(
-                            code="deadline_exceeded",
-                            message="the calling run's deadline passed before the agent answered",
-                        ),
-                    )
-                try:
-                    async with asyncio.timeout(
-                        WAIT_SLICE if left is None else min(left, WAIT_SLICE)
-                    ):
-                        msg = await arrived.get()
-                except TimeoutError:
-                    continue
-                event = RUN_EVENT_DECODER.decode(msg.data)
-                if isinstance(event, RunCompleted | RunFailed) and event.run_id == child:
-                    return event
-        finally:
-            with contextlib.suppress(nats.errors.Error):
-                await subscription.unsubscribe()
+        """The child's `run.completed` or `run.failed`, as it publishes it; when it has said
+        nothing for a while, its last stored event is read (the live one may have been lost
+        with a reconnect). At the parent's deadline the child is cancelled."""
+        while True:
+            left = ctx.time_left()
+            if left is not None and left <= 0:
+                await self._cancel(ctx.prop("tenant"), ctx.prop("user_id"), child)
+                return RunFailed(
+                    run_id=child,
+                    error=ErrorInfo(
+                        code="deadline_exceeded",
+                        message="the calling run's deadline passed before the agent answered",
+                    ),
+                )
+            data: bytes | None
+            try:
+                async with asyncio.timeout(WAIT_SLICE if left is None else min(left, WAIT_SLICE)):
+                    data = await arrived.get()
+            except TimeoutError:
+                data = await self._last_event(events)
+            if data is None:
+                continue
+            event = RUN_EVENT_DECODER.decode(data)
+            if isinstance(event, RunCompleted | RunFailed) and event.run_id == child:
+                return event
 
     async def _cancel(self, tenant: str, user_id: str, child: str) -> None:
         log.info("child_run_cancelling", child_run_id=child)

@@ -214,9 +214,9 @@ class BusPorts:
         return ChildRuns(self.bus)
 
     async def call_agent(
-        self, ctx: RunContext, request: RunRequest, tool: str
+        self, ctx: RunContext, request: RunRequest, tool: str, *, first_send: bool
     ) -> RunCompleted | RunFailed:
-        return await self.children.call_agent(ctx, request, tool)
+        return await self.children.call_agent(ctx, request, tool, first_send=first_send)
 
     async def append_history(
         self,

@@ -69,10 +69,11 @@ class ChildPorts(Protocol):
     """The hops of a child run (the bus adapters implement them)."""
 
     async def call_agent(
-        self, ctx: RunContext, request: RunRequest, tool: str
+        self, ctx: RunContext, request: RunRequest, tool: str, *, first_send: bool
     ) -> RunCompleted | RunFailed:
-        """Start the child run `request` as the parent's owner, unless it was started before,
-        and wait for its final event; a cancel of the parent cancels it."""
+        """Start the child run `request` as the parent's owner, unless it was started before
+        (never, when `first_send`: the call was never sent), and wait for its final event; a
+        cancel of the parent cancels it."""
         ...
 
 
@@ -136,7 +137,7 @@ class AgentTools:
         self.waiting.add(call.call_id)
         await self._tell(True)
         try:
-            ended = await self.ports.call_agent(self.ctx, request, call.name)
+            ended = await self.ports.call_agent(self.ctx, request, call.name, first_send=first_send)
         finally:
             await self._tell(False)
             self.waiting.discard(call.call_id)
