@@ -18,7 +18,8 @@ results.json, results.md and the plots from them.
    compaction (bench/session_length.py).
 7. the per-service sections: history, compaction, model_router, tools, memory, memory_eval (store
    precision/recall and recall@k on the labelled set); mcp_tool (a run
-   calling an MCP stdio tool vs a native one) and held_deltas (text held for output guardrails).
+   calling an MCP stdio tool vs a native one), held_deltas (text held for output guardrails) and
+   child_run (a run calling another agent as a tool vs a native tool).
 
 `--targets` runs only what the targets are judged from (TARGET_SECTIONS); `--sections a,b` or
 `--only a` any subset. A run of some sections writes its report to PARTIAL_RESULTS unless
@@ -456,6 +457,7 @@ SECTIONS = (
     "long_session",
     "held_deltas",
     "mcp_tool",
+    "child_run",
 )
 """Per-service benchmarks, each a module of this folder with `run_benchmark()`."""
 QUICK_CONSTANTS: dict[str, dict[str, int]] = {"tools": {"N_OVERHEAD": 500}}
@@ -467,6 +469,7 @@ QUICK_KWARGS: dict[str, dict[str, int]] = {
     "long_session": {"turns": 200},
     "held_deltas": {"runs": 5},
     "mcp_tool": {"runs": 20},
+    "child_run": {"runs": 20},
 }
 
 
