@@ -185,13 +185,13 @@ CLIENT_JS_API: Final = "JS.RUNBUS.API"
 creation of the events stream from the services' account, under this prefix."""
 
 
-CONSUMER_CHECK_API: Final = f"{PREFIX}.auth.js"
-"""Where the auth service takes a client's consumer creation (the clients' account imports it
-as JetStream's API under `CLIENT_JS_API`): it forwards to JetStream only a consumer that
-delivers into an inbox of the filter's own user."""
-
-
 def consumer_create(stream: str, filter_subject: str, api: str = "$JS.API") -> str:
     """The JetStream API subject that creates a named consumer of `stream` with one filter
     (any name): the form a permission can pin to a filter."""
     return f"{api}.CONSUMER.CREATE.{stream}.*.{filter_subject}"
+
+
+CONSUMER_CHECKS: Final = consumer_create(EVENTS_STREAM, ">", f"{PREFIX}.auth.js")
+"""Where the auth service takes a client's creation of a consumer of the events stream (the
+clients' account imports it as JetStream's API under `CLIENT_JS_API`): it forwards to
+JetStream only a consumer that delivers into an inbox of the filter's own user."""
