@@ -63,10 +63,6 @@ user's own inbox): replies, and deliveries of a consumer it created (its live ev
 CONSUMER_CREATE: Final = subjects.consumer_create(subjects.EVENTS_STREAM, ">")
 """JetStream's creation of a filtered consumer of the events stream: the auth service's to
 call, for the clients (their consumers' deliver subjects checked first)."""
-CHECKED_CONSUMER_CREATE: Final = subjects.consumer_create(
-    subjects.EVENTS_STREAM, ">", subjects.CONSUMER_CHECK_API
-)
-"""Where the auth service takes the clients' consumer creations."""
 MONITOR_PUBLISH: Final = ("$SRV.>",)
 MONITOR_SUBSCRIBE: Final = (f"{subjects.SERVICE_INBOX_PREFIX}.>", subjects.PROGRESS_ALL)
 
@@ -253,7 +249,7 @@ def _config(
             # Consumer creation as JetStream's API (under a prefix of its own: each account's
             # JetStream serves `$JS.API`), answered by the auth service, which checks it.
             f"      {{ service: {{ account: {AUTH_ACCOUNT}, "
-            f'subject: "{CHECKED_CONSUMER_CREATE}" }}, to: "{client_api}" }}',
+            f'subject: "{subjects.CONSUMER_CHECKS}" }}, to: "{client_api}" }}',
             f"      {{ service: {{ account: {AUTH_ACCOUNT}, "
             f'subject: "{subjects.AUTH_WHOAMI}" }} }}',
         ]
@@ -273,7 +269,7 @@ accounts {{
     users: [ {{ user: "{AUTH_USER}", password: {auth} }} ]
     exports: [
       {{ service: "{subjects.AUTH_WHOAMI}" }}
-      {{ service: "{CHECKED_CONSUMER_CREATE}" }}
+      {{ service: "{subjects.CONSUMER_CHECKS}" }}
       {{ stream: "{subjects.progress("auth")}" }}
       # Discovery: the monitor's `$SRV` pings reach the auth service too (one reply each).
       {{ service: "$SRV.>", response_type: stream }}

@@ -17,6 +17,7 @@ from runbus.decoding import decode_untrusted
 from runbus.errors import BadRequest
 from runbus.tokens import Principal
 
+_CHECK_API: Final = subjects.CONSUMER_CHECKS.split(".CONSUMER.")[0]
 _EVENTS: Final = subjects.EVENTS_ALL.removesuffix(">").split(".")[:-1]
 _RESPONSE_TYPE: Final = "io.nats.jetstream.api.v1.consumer_create_response"
 
@@ -34,14 +35,14 @@ _DECODER: Final = msgspec.json.Decoder(_Create)
 
 def forwarded(subject: str) -> str:
     """The JetStream API subject (under the auth account's import of it) of a checked one."""
-    return subjects.CLIENT_JS_API + subject.removeprefix(subjects.CONSUMER_CHECK_API)
+    return subjects.CLIENT_JS_API + subject.removeprefix(_CHECK_API)
 
 
 def refusal(subject: str, body: bytes, holder: Callable[[str], Principal | None]) -> str | None:
     """Why this creation may not reach JetStream (None: it may). `holder` names the user
     whose token an inbox prefix's digest is (`TokenVerifier.holder`)."""
     # CONSUMER.CREATE.<stream>.<name>.runbus.events.<tenant>.<user_id>...
-    parts = subject.removeprefix(f"{subjects.CONSUMER_CHECK_API}.").split(".")
+    parts = subject.removeprefix(f"{_CHECK_API}.").split(".")
     head, filtered = parts[:3], parts[4:]
     if head != ["CONSUMER", "CREATE", subjects.EVENTS_STREAM] or (
         len(filtered) < len(_EVENTS) + 2 or filtered[: len(_EVENTS)] != _EVENTS

@@ -86,9 +86,7 @@ class AuthService(Service):
     async def on_listening(self) -> None:
         # The callout body is a JWT, not a runbus request: an endpoint that answers it itself.
         await self.listen_raw("callout", subjects.AUTH_CALLOUT, self.on_authorize)
-        await self.listen_raw(
-            "consumer_create", busauth.CHECKED_CONSUMER_CREATE, self.on_consumer_create
-        )
+        await self.listen_raw("consumer_create", subjects.CONSUMER_CHECKS, self.on_consumer_create)
 
     async def on_whoami(self, ctx: RunContext, request: WhoAmI) -> Identity:
         principal = self.verifier.verify(ctx.auth)
