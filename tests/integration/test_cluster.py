@@ -263,7 +263,8 @@ async def attack_from(node: str, service: NATS, index: int) -> None:
     try:
         assert carol.connected_url is not None
         assert f"{carol.connected_url.hostname}:{carol.connected_url.port}" in node
-        own_subject = subjects.events("globex", "carol", f"r-own-{index}")
+        # Her own inbox: a client reads its events through a consumer delivering there.
+        own_subject = f"{subjects.client_inbox_prefix(token_digest('dev-carol'))}.own-{index}"
         own = await carol.subscribe(own_subject)
         stolen = [await carol.subscribe(subject) for subject in ATTACKS]
         # A request to an internal service: any session's history, for example.
@@ -279,7 +280,7 @@ async def attack_from(node: str, service: NATS, index: int) -> None:
             what=f"every attack refused on {node}",
         )
 
-        # What Alice's connection would receive, then Carol's own event: one publisher and
+        # What Alice's connection would receive, then Carol's own message: one publisher and
         # one account, so Carol's event arrives after the others would have. Again until it
         # does: her interest reaches the publisher's node over a route, a little later.
         alice_inbox = f"{subjects.client_inbox_prefix(token_digest('dev-alice'))}.reply"
