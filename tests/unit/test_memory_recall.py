@@ -162,7 +162,7 @@ def test_recall_searches_with_every_user_message_of_the_input_not_only_the_last(
         user("And back on Friday?"),
     ]
 
-    assert recall_query(inputs) == "I need a flight to Perth.\nAnd back Friday?"
+    assert recall_query(inputs) == "I need a flight to Perth.\nAnd back on Friday?"
     assert recall_query([user("x" * 5000)]) == "x" * QUERY_MAX
 
 
