@@ -9,6 +9,7 @@ import pytest
 
 import runbus.client
 from runbus import subjects
+from runbus.client import RunFailedError
 from runbus.messages import RunCompleted, RunStarted
 from runbus.tokens import run_msg_id
 from tests.helpers import raw_request
@@ -64,3 +65,25 @@ async def test_a_client_retrying_its_own_publish_runs_it_once(
     assert first == again == "r-twice"
     assert [type(e) for e in events].count(RunStarted) == 1
     assert isinstance(events[-1], RunCompleted)
+
+
+SESSION_SQUATTING: Final = (
+    "sessions are keyed by tenant and session id (history subjects and the sessions bucket), "
+    "with an owner checked on use: the first user of a tenant to name an id holds it; needs "
+    "the owner in the session's keys (or the ingress scoping the ids it derives from OpenAI "
+    "`user` / A2A `contextId` to the caller)"
+)
+
+
+@pytest.mark.xfail(strict=True, raises=RunFailedError, reason=SESSION_SQUATTING)
+async def test_a_session_id_bob_used_first_is_still_alice_s_to_use(
+    stack: Stack, nats_server: SecuredNats
+) -> None:
+    async with (
+        runbus.client.connect(nats_server.client_url, token="dev-bob") as bob,
+        runbus.client.connect(nats_server.client_url, token="dev-alice") as alice,
+    ):
+        await bob.run("travel", "Weather in Hobart?", session_id="s-common")
+        done = await alice.run("travel", "Weather in Sydney?", session_id="s-common")
+
+    assert "Sydney" in done.text
