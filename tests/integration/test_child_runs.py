@@ -13,7 +13,16 @@ import pytest
 from runbus import ops
 from runbus.client import RunbusClient
 from runbus.errors import RemoteError
-from runbus.messages import HistoryLoad, RunCompleted, RunFailed, RunToolResult
+from runbus.messages import (
+    ChatMessage,
+    HistoryLoad,
+    RunCompleted,
+    RunFailed,
+    RunRequest,
+    RunToolResult,
+    TextContent,
+    encode,
+)
 from runbus.messages.runs import RunCancel, RunGet, RunList, RunRecord
 from runbus_gateway.run.agent_tools import MAX_DEPTH, child_run_id
 from tests.helpers import eventually
@@ -125,7 +134,7 @@ async def test_an_agent_calling_past_the_depth_limit_reads_a_typed_error_and_the
     assert tree == list(range(MAX_DEPTH + 1))
 
 
-async def test_another_user_or_tenant_can_neither_list_nor_cancel_the_children_of_a_run(
+async def test_another_user_or_tenant_can_neither_list_cancel_nor_add_to_the_children_of_a_run(
     nats_server: SecuredNats, tmp_path: Path, users: dict[str, RunbusClient]
 ) -> None:
     alice = users["alice"]
@@ -136,6 +145,26 @@ async def test_another_user_or_tenant_can_neither_list_nor_cancel_the_children_o
         child = child_run_id(run_id, "c-ask")
         await eventually(lambda: children(alice, run_id))
         seen = {n: await children(users[n], run_id) for n in ("bob", "carol")}
+        # Bob's own run naming alice's as its parent stays bob's: not under alice's run.
+        forged = RunRequest(
+            run_id="r-forged",
+            agent="flights",
+            session_id="forged",
+            input=[ChatMessage(role="user", contents=[TextContent(text="hi")])],
+            parent_run_id=run_id,
+            root_run_id=run_id,
+            depth=1,
+        )
+        await (
+            users["bob"]
+            .nc.jetstream()
+            .publish(
+                "runbus.runs.flights",
+                encode(forged),
+                headers={"rb-auth": "Bearer dev-bob", "Nats-Msg-Id": "r-forged"},
+            )
+        )
+        bobs = await eventually(lambda: children(users["bob"], run_id))
         refused = {}
         for attacker in ("bob", "carol"):
             with pytest.raises(RemoteError) as cancel:
@@ -143,7 +172,10 @@ async def test_another_user_or_tenant_can_neither_list_nor_cancel_the_children_o
             refused[attacker] = cancel.value.remote_code
         model.release.set()
         ended = await final(alice, run_id)
+        alices = await children(alice, run_id)
 
     assert seen == {"bob": [], "carol": []}
+    assert [r.run_id for r in bobs] == ["r-forged"]
+    assert [r.run_id for r in alices] == [child]
     assert refused == {"bob": "not_found", "carol": "not_found"}
     assert isinstance(ended, RunCompleted)
