@@ -349,12 +349,12 @@ async def test_the_model_sees_instructions_then_memories_then_history_then_the_i
     assert prompt[-1].text == "Weather in Sydney?"
 
 
-async def test_memory_is_searched_with_the_last_input_in_the_agents_scope_and_limit() -> None:
+async def test_memory_is_searched_with_the_whole_input_in_the_agents_scope_and_limit() -> None:
     ports = RecordingPorts([said("Hello.")])
 
     await run(ports, request("I fly often.", "Book me a flight to Sydney"))
 
-    assert ports.searches == [("Book me a flight to Sydney", "user", 3)]
+    assert ports.searches == [("I fly often.\nBook me a flight to Sydney", "user", 3)]
 
 
 async def test_memory_is_not_searched_when_the_agent_does_not_use_it() -> None:
