@@ -79,7 +79,8 @@ class RunState:
             if m.message_id.startswith(own) and not m.message_id.endswith(REPAIR_SUFFIX)
         ]
         resumed_inputs = [m for m in mine if m.role == "user" and ":in" in m.message_id]
-        response = [m for m in mine if m.role in ("assistant", "tool")]
+        # The owner's notes added at a pause (`<run_id>:note…`) are the run's too.
+        response = [m for m in mine if m.role in ("assistant", "tool") or ":note" in m.message_id]
         checkpoints.history_end = opened.history_end
         checkpoints.incarnation = opened.record.incarnation
         if not resumed_inputs:
