@@ -29,11 +29,18 @@ from runbus.messages.runs import (
     ClientToolAnswer,
     ClientToolAnswered,
     RunCancel,
+    RunEdit,
+    RunFork,
+    RunForked,
     RunGet,
     RunInfo,
     RunList,
     RunListed,
+    RunPause,
+    RunPending,
+    RunPendingGet,
     RunRecord,
+    RunResume,
 )
 from runbus.owners import Owner
 from runbus.service import RAW_DECODER, Endpoint
@@ -42,6 +49,8 @@ from runbus.tokens import Principal, TokenVerifier, msg_run_id
 from .agents import AgentSpec
 from .approvals import Approvals
 from .client_calls import ClientCalls
+from .pauses import Pauses
+from .run_control import RunControl
 from .runs import RunRecords, now
 
 log = structlog.get_logger()
@@ -71,6 +80,7 @@ class ClientApi:
         self.records = records
         self.approvals = approvals
         self.client_calls = ClientCalls(approvals.bucket.kv)
+        self.control = RunControl(bus, records, Pauses(approvals.bucket.kv))
 
     def endpoints(self) -> list[Endpoint]:
         return [
@@ -80,6 +90,11 @@ class ClientApi:
             Endpoint.for_op(ops.API_APPROVALS_DECIDE, self.on_approval_decide),
             Endpoint.for_op(ops.API_CLIENT_TOOLS_ANSWER, self.on_client_tool_answer),
             Endpoint.for_op(ops.API_AGENTS_LIST, self.on_agent_list),
+            Endpoint.for_op(ops.API_RUNS_PAUSE, self.on_run_pause),
+            Endpoint.for_op(ops.API_RUNS_PENDING, self.on_run_pending),
+            Endpoint.for_op(ops.API_RUNS_EDIT, self.on_run_edit),
+            Endpoint.for_op(ops.API_RUNS_RESUME, self.on_run_resume),
+            Endpoint.for_op(ops.API_RUNS_FORK, self.on_run_fork),
             *(Endpoint.forwarder(op, self._forwarder(op)) for op in ops.FORWARDED),
         ]
 
@@ -202,7 +217,7 @@ class ClientApi:
             # Waiting in the stream for a retry: no replica holds it to tell. The record says
             # cancelled, and the next delivery ends there.
             record = await self.records.set_status(record, "cancelled")
-        elif record.status in ("running", "waiting_approval", "queued"):
+        elif record.status in ("running", "waiting_approval", "queued", "paused"):
             cancel = subjects.run_cancel(principal.tenant, principal.user_id, request.run_id)
             await self.nc.publish(cancel, b"")
         return RunInfo(record=record)
@@ -241,3 +256,20 @@ class ClientApi:
         await self.client_calls.answer(request.run_id, request.call_id, owner, result)
         log.info("client_tool_answered", run_id=request.run_id, call_id=request.call_id)
         return ClientToolAnswered(run_id=request.run_id, call_id=request.call_id)
+
+    async def on_run_pause(self, ctx: h.RunContext, request: RunPause) -> RunPending:
+        """The caller's run pauses at its next step boundary (`run_control.py`)."""
+        return await self.control.pause(self._principal(ctx), request)
+
+    async def on_run_pending(self, ctx: h.RunContext, request: RunPendingGet) -> RunPending:
+        return await self.control.pending(self._principal(ctx), request)
+
+    async def on_run_edit(self, ctx: h.RunContext, request: RunEdit) -> RunPending:
+        return await self.control.edit(self._principal(ctx), request)
+
+    async def on_run_resume(self, ctx: h.RunContext, request: RunResume) -> RunPending:
+        return await self.control.resume(self._principal(ctx), request)
+
+    async def on_run_fork(self, ctx: h.RunContext, request: RunFork) -> RunForked:
+        principal = self._principal(ctx)
+        return await self.control.fork(principal, self._trusted(principal), request)
