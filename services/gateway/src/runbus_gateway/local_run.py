@@ -17,7 +17,10 @@ from runbus.owners import Owner
 
 from .agents import AgentSpec
 from .errors import RunCancelled
+from .pauses import Pauses
+from .ports import BusPorts
 from .run import RunPorts, execute_run
+from .run.pause import PausePoint
 from .runs import RunRecords
 from .tenants import TenantSlots
 
@@ -169,8 +172,13 @@ class LocalRun:
         """Run it (or resume it); a cancel of its owner ends it with `RunCancelled`."""
         if self.cancelled():
             raise RunCancelled(self.run_id)
+        pause = (
+            PausePoint(Pauses(ports.approvals.bucket.kv), self.owner, self.on_paused)
+            if isinstance(ports, BusPorts)
+            else None
+        )
         task = asyncio.ensure_future(
-            execute_run(self.request, self.agent, self.ctx, ports, self.on_waiting)
+            execute_run(self.request, self.agent, self.ctx, ports, self.on_waiting, pause)
         )
         self._task = task
         try:
@@ -207,6 +215,18 @@ class LocalRun:
             return  # its final status (`cancelled`) is the bookkeeping's to write
         with contextlib.suppress(Exception):
             await self.set_status("waiting_approval" if waiting else "running")
+
+    async def on_paused(self, paused: bool) -> None:
+        """`paused` while its owner holds it at a step boundary, else `running`; its run slot
+        is lent out meanwhile, as while it waits for a person's decision."""
+        if paused:
+            await self._lend_slot()
+        else:
+            await self._take_slot_back()
+        if self.cancelled():
+            return
+        with contextlib.suppress(Exception):
+            await self.set_status("paused" if paused else "running")
 
     async def _lend_slot(self) -> None:
         if not self._lent:

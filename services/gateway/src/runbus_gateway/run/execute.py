@@ -13,6 +13,7 @@ from ..agents import AgentSpec
 from .admit import refuse, stamp_input
 from .checkpoints import Checkpointer
 from .events import RunEvents
+from .pause import PausePoint
 from .ports import RunPorts
 from .settle import release, settle
 from .start import start
@@ -27,13 +28,15 @@ async def execute_run(
     ctx: RunContext,
     ports: RunPorts,
     on_waiting: OnWaiting | None = None,
+    pause: PausePoint | None = None,
 ) -> RunCompleted:
     """One run: admit the input, start from the session (or resume where a redelivered run
     stood), step model ↔ tools with a checkpoint per step, settle.
 
     A redelivered run (same run_id) finds its own checkpointed messages in history and
     continues after them: no model call or tool call that already has a result is repeated.
-    `on_waiting` is told when a call starts and stops waiting for a person's approval.
+    `on_waiting` is told when a call starts and stops waiting for a person's approval;
+    `pause` stops the run at a step boundary when its owner asks.
     """
     agent = agent.for_run(request.output_format)
     events = RunEvents(ports, ctx)
@@ -45,7 +48,7 @@ async def execute_run(
     state: RunState | None = None
     try:
         run, state = await start(
-            agent, ctx, ports, events, inputs, checkpoints, on_waiting, request.client_tools
+            agent, ctx, ports, events, inputs, checkpoints, on_waiting, request.client_tools, pause
         )
         # What its child runs (agents called as tools) used is the run's too.
         usage = await run_steps(run, state) + run.toolsets.child_usage()

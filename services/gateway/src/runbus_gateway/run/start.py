@@ -29,6 +29,7 @@ from .context import (
 from .events import RunEvents
 from .handoffs import PREFIX as HANDOFF_PREFIX
 from .handoffs import HandoffTools
+from .pause import PausePoint
 from .ports import RunPorts
 from .state import Context, RunState
 from .tools import Toolsets
@@ -59,6 +60,8 @@ class Run:
     tools: list[ToolSpec]
     """What the toolsets offer the model in this run."""
     providers: list[ContextProvider]
+    pause: PausePoint | None = None
+    """Where its owner's pause stops it (`pause.py`); None: it does not pause."""
 
 
 async def start(
@@ -70,6 +73,7 @@ async def start(
     checkpoints: Checkpointer,
     on_waiting: OnWaiting | None,
     client_tools: Sequence[ToolSpec] = (),
+    pause: PausePoint | None = None,
 ) -> tuple[Run, RunState]:
     """Open the session while the providers give the run's starting context and the toolsets
     their tools, then load the state: the prompt is the instructions, recalled memory, the
@@ -118,7 +122,7 @@ async def start(
         asyncio.gather(*(p.before_run(begin) for p in providers)),
         toolsets.tools(),
     )
-    run = Run(agent, harness, ctx, ports, events, state_bag, toolsets, tools, providers)
+    run = Run(agent, harness, ctx, ports, events, state_bag, toolsets, tools, providers, pause)
     context = Context(
         recalled=[m for c in contexts for m in c.recalled],
         notices=[m for c in contexts for m in c.notices],

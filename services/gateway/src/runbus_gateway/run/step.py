@@ -16,6 +16,7 @@ from ..harness.runtime import with_context
 from .compaction import compact_prompt
 from .context import before_step, instructions
 from .output import checked, guard, repair_message
+from .pause import Held
 from .start import Run
 from .state import RunState, message_id
 from .tools import result_text, run_tools
@@ -52,10 +53,22 @@ async def _steps(run: Run, state: RunState) -> Usage:
     # Calls a resumed run found checkpointed may have been sent before it was resumed.
     first_send = False
     repaired = False
+    # Messages the owner added at a pause: the model reads them after the pending calls'
+    # results.
+    notes: list[ChatMessage] = []
     while not state.finished:
         if not calls:
             if state.step >= agent.max_iterations:
                 raise MaxIterationsExceeded(agent.max_iterations)
+            held = await _pause(run, state, None)
+            if held is not None:
+                if held.reply is not None:
+                    # Paused on before the run was redelivered: go on with it, as edited.
+                    calls, notes = held.reply.function_calls, held.added
+                    first_send = True
+                    state.record(held.reply)
+                    continue
+                _note(state, held.added)
             reply_id = message_id(state.run_id, f"m{state.step}")
             extra = _step_context(run, state)
             view = await compact_prompt(
@@ -90,6 +103,15 @@ async def _steps(run: Run, state: RunState) -> Usage:
                     repaired = True
                     continue
             message = await _show(run, message, final=not calls)
+            if calls:
+                held = await _pause(run, state, message)
+                if held is not None:
+                    notes = held.added
+                    if held.reply is None:  # every call dropped: the model answers again
+                        _note(state, notes)
+                        notes, calls = [], []
+                        continue
+                    message, calls = held.reply, held.reply.function_calls
             state.record(message)
             if not calls:
                 state.finish()
@@ -108,7 +130,8 @@ async def _steps(run: Run, state: RunState) -> Usage:
             created_at=datetime.now(UTC),
         )
         state.record(tool_message, urgent=run.toolsets.urgent(calls))
-        calls = []
+        _note(state, notes)
+        calls, notes = [], []
         if terminated is not None:
             state.finish(result_text(terminated))
             break
@@ -116,6 +139,18 @@ async def _steps(run: Run, state: RunState) -> Usage:
         if failed_steps >= agent.max_consecutive_tool_errors:
             raise ToolErrorLimit(agent.max_consecutive_tool_errors)
     return usage
+
+
+async def _pause(run: Run, state: RunState, reply: ChatMessage | None) -> Held | None:
+    """A step boundary: where the owner's pause stops the run (`pause.py`)."""
+    if run.pause is None:
+        return None
+    return await run.pause.at(run.events, state.step, reply, run.tools, state.checkpoints.flush)
+
+
+def _note(state: RunState, added: list[ChatMessage]) -> None:
+    for message in added:
+        state.record(msgspec.structs.replace(message, created_at=datetime.now(UTC)))
 
 
 async def _show(run: Run, message: ChatMessage, *, final: bool) -> ChatMessage:
