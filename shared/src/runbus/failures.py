@@ -1,16 +1,36 @@
 """What a boundary does with a failure: turn it into the typed error it answers with, record
 it on the span (ERROR status, `error.type`) and log it once."""
 
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import msgspec
 import nats.errors
+import nats.js.errors
 from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode
 
 from .errors import BadRequest, DeadlineExceeded, InternalError, RunbusError, Unavailable
 
 Level = Literal["info", "warning"]
+
+NATS_OUTAGES: Final = (
+    nats.errors.NoRespondersError,
+    nats.errors.ConnectionClosedError,
+    nats.errors.ConnectionReconnectingError,
+    nats.errors.ConnectionDrainingError,
+    nats.errors.StaleConnectionError,
+    nats.errors.OutboundBufferLimitError,
+    nats.errors.FlushTimeoutError,
+    nats.errors.UnexpectedEOF,
+    nats.errors.NoServersError,
+    nats.js.errors.ServiceUnavailableError,
+    nats.js.errors.ServerError,
+    nats.js.errors.NoStreamResponseError,
+    nats.js.errors.FetchTimeoutError,
+)
+"""What NATS or JetStream raise while they are briefly out of reach (a restart, a leader
+election, a replica draining): `unavailable`, worth another try. Any other unexpected failure
+is `internal`, a bug that trying again repeats."""
 
 
 def as_runbus_error(exc: BaseException) -> RunbusError:
@@ -28,6 +48,8 @@ def as_runbus_error(exc: BaseException) -> RunbusError:
             return Unavailable("NATS did not answer in time")
         case TimeoutError():
             return DeadlineExceeded("the run's deadline passed while handling the request")
+        case _ if isinstance(exc, NATS_OUTAGES):
+            return Unavailable(f"NATS is out of reach ({type(exc).__name__})")
         case _:
             return InternalError(f"internal error ({type(exc).__name__}); see the service log")
 
