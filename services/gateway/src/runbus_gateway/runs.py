@@ -22,12 +22,16 @@ from runbus.messages.runs import RUN_EVENT_DECODER, RUN_RECORD_DECODER, RunRecor
 from runbus.owners import Owner
 from runbus.telemetry import traceparent_trace_id
 
-RETRYABLE: Final = frozenset({"unavailable", "internal"})
-"""Failures worth another delivery: a service did not answer (down, died mid-call, or went
-silent past its idle timeout) or something broke unexpectedly. A model error, including
+RETRYABLE: Final = frozenset({"unavailable"})
+"""Failures worth another delivery: a service or NATS did not answer (down, died mid-call,
+went silent past its idle timeout, or NATS was briefly out of reach). An `internal` error is
+a bug, which another delivery repeats (model calls and all). A model error, including
 `model_unavailable`, is final: the model router has already retried and failed over under
 its route policy, and a re-run would only repeat that. Everything else (bad input, auth,
 limits, cancel) is final at once."""
+DEAD_LETTERED: Final = RETRYABLE | {"internal"}
+"""Failures whose request is kept in the dead letters for an operator: what kept failing, and
+what broke (a bug: replayable once it is fixed)."""
 
 RECORD_TTL: Final = 7 * 24 * 3600.0
 
