@@ -22,7 +22,7 @@ from .errors import DeadLettered, RunCancelled
 from .harness.user_errors import user_error
 from .ports import BusPorts
 from .run.events import RunEvents
-from .runs import RETRYABLE, RunRecords
+from .runs import DEAD_LETTERED, RETRYABLE, RunRecords
 
 MAX_ATTEMPTS: Final = 4
 """Deliveries that may run; one more delivery only moves the request to the dead letters."""
@@ -75,7 +75,7 @@ class RunBook:
                     await self.records.set_status(record, "queued", error=shown)
             await delivery.retry(backoff(delivery.attempt))
             return
-        if info.code in RETRYABLE or isinstance(error, DeadLettered):
+        if info.code in DEAD_LETTERED or isinstance(error, DeadLettered):
             await self._dead_letter(delivery, agent, info.code, error.message)
         # The log and the dead letter keep the real message; the user reads the agent's.
         info = self._shown(agent, error)
