@@ -38,6 +38,8 @@ class Counts:
     """Acknowledged runs with no final event stored, or whose final event the client saw
     but the stream does not hold."""
     duplicated: list[str] = field(default_factory=list)
+    after_final: list[str] = field(default_factory=list)
+    """Runs with events after their final one: work done again once the run had ended."""
     double_bookings: list[str] = field(default_factory=list)
     bookings_missing: list[str] = field(default_factory=list)
     """Completed runs whose booking no ledger holds."""
@@ -63,6 +65,7 @@ class Counts:
         found: dict[str, object] = {
             "lost": self.lost,
             "duplicated": self.duplicated,
+            "events after the final one": self.after_final,
             "double bookings": self.double_bookings,
             "invalid histories": self.invalid_histories,
             "sessions left claimed": self.claimed,
@@ -81,6 +84,7 @@ class Counts:
             "failed": self.failed,
             "lost": len(self.lost),
             "duplicated": len(self.duplicated),
+            "events after final": len(self.after_final),
             "double bookings": len(self.double_bookings),
             "histories valid": f"{self.histories_valid}/{self.completed}",
             "sessions left claimed": len(self.claimed),
@@ -123,14 +127,18 @@ def bookings(root: Path) -> Counter[str]:
     return made
 
 
-async def finals(nc: NATS, run_ids: set[str]) -> dict[str, list[bytes]]:
-    """The final events the events stream holds, per run."""
+async def run_events(nc: NATS, run_ids: set[str]) -> dict[str, list[bytes]]:
+    """Every event the events stream holds, per run, in order."""
     out: dict[str, list[bytes]] = {run_id: [] for run_id in run_ids}
     for _, data in await stored(nc, subjects.EVENTS_STREAM, subjects.events(TENANT, USER, "*")):
         event = EVENT.decode(data)
-        if event.run_id in out and event.type in TERMINAL:
+        if event.run_id in out:
             out[event.run_id].append(data)
     return out
+
+
+def finals(events: list[bytes]) -> list[bytes]:
+    return [data for data in events if EVENT.decode(data).type in TERMINAL]
 
 
 async def claimed_sessions(nc: NATS, sessions: set[str]) -> list[str]:
@@ -147,6 +155,19 @@ async def claimed_sessions(nc: NATS, sessions: set[str]) -> list[str]:
     return held
 
 
+async def has_final(nc: NATS, run_id: str) -> bool:
+    """Whether the stream holds a final event of `run_id` (usually its last one; other
+    events after it are counted by `check`)."""
+    subject = subjects.events(TENANT, USER, run_id)
+    try:
+        last = await nc.jetstream().get_last_msg(subjects.EVENTS_STREAM, subject)
+    except nats.js.errors.NotFoundError:
+        return False
+    if last.data and EVENT.decode(last.data).type in TERMINAL:
+        return True
+    return bool(finals([data for _, data in await stored(nc, subjects.EVENTS_STREAM, subject)]))
+
+
 async def queue_empty(nc: NATS) -> bool:
     return (await nc.jetstream().stream_info(subjects.RUNS_STREAM)).state.messages == 0
 
@@ -160,19 +181,12 @@ async def recover(cluster: Cluster, load: Workload, timeout: float) -> str:
     sessions = {run.session_id for run in load.by_id.values()}
     left = "nothing read yet"
 
-    js = nc.jetstream()
     unfinished = set(wanted)
 
     async def settled() -> bool:
         nonlocal left
         for run_id in sorted(unfinished):
-            try:
-                last = await js.get_last_msg(
-                    subjects.EVENTS_STREAM, subjects.events(TENANT, USER, run_id)
-                )
-            except nats.js.errors.NotFoundError:
-                continue
-            if last.data and EVENT.decode(last.data).type in TERMINAL:
+            if await has_final(nc, run_id):
                 unfinished.discard(run_id)
         missing = sorted(unfinished)
         claimed = await claimed_sessions(nc, sessions)
@@ -223,7 +237,8 @@ async def check(
     acked = {run.run_id for run in runs if run.acknowledged}
     counts.acknowledged = len(acked)
     counts.unacknowledged = len(runs) - len(acked)
-    have = await finals(nc, {run.run_id for run in runs})
+    events = await run_events(nc, {run.run_id for run in runs})
+    have = {run_id: finals(found) for run_id, found in events.items()}
     made = bookings(cluster.root)
     histories: dict[str, list[dict[str, object]]] = {}
     for subject, data in await stored(
@@ -246,6 +261,10 @@ async def check(
             counts.duplicated.append(f"{run.run_id} ({', '.join(kinds)})")
         if len(kinds) == 1:
             counts.one_final += 1
+        kinds_all = [EVENT.decode(data).type for data in events[run.run_id]]
+        if kinds and kinds_all[-1] not in TERMINAL:
+            after = kinds_all[kinds_all.index(kinds[0]) + 1 :]
+            counts.after_final.append(f"{run.run_id} ({', '.join(after)})")
         if made[run.run_id] > 1:
             counts.double_bookings.append(f"{run.run_id} ({made[run.run_id]} bookings)")
         for data in have[run.run_id][:1]:

@@ -7,6 +7,7 @@ the session writes the counted table as markdown, headed by the commit it was me
 
 import os
 import subprocess
+import tempfile
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -16,6 +17,7 @@ from typing import TypeVar
 import pytest
 
 from tests.cluster.harness import Cluster, running_cluster
+from tests.cluster.network import PREFIX
 
 FULL = os.environ.get("RUNBUS_JEPSEN") == "full"
 
@@ -74,10 +76,12 @@ def cluster_report() -> Iterator[ClusterReport]:
 
 
 @pytest.fixture(scope="module")
-async def cluster(
-    tmp_path_factory: pytest.TempPathFactory, cluster_report: ClusterReport
-) -> AsyncIterator[Cluster]:
-    async with running_cluster(tmp_path_factory.mktemp("cluster")) as running:
+async def cluster(cluster_report: ClusterReport) -> AsyncIterator[Cluster]:
+    # Not pytest's tmp_path: other sessions on the machine rotate it away, and the services'
+    # logs under it are what explains a failure. The next run removes it (`remove_stale`).
+    root = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-"))
+    cluster_report.notes.append(f"logs and data under {root}")
+    async with running_cluster(root) as running:
         cluster_report.notes.append(
             f"cluster up (3 nodes, 16 services) in {running.started_in:.1f}s"
         )

@@ -253,6 +253,8 @@ class Cluster:
             answer = await asyncio.wait_for(reader.read(), 5)
         finally:
             writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
         head, _, body = answer.partition(b"\r\n\r\n")
         return int(head.split()[1]), body
 

@@ -12,14 +12,17 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Final
 
 PREFIX: Final = "rbj-"
 SUBNET: Final = "10.99.0"
 CLONE_NEWNET: Final = 0x40000000
 NETNS_DIR: Final = "/run/netns"
+TMP: Final = Path(tempfile.gettempdir())
 
 
 class NetnsRefused(RuntimeError):
@@ -149,24 +152,30 @@ def remove_netns(netns: str) -> None:
         sh("ip", "netns", "delete", netns)
 
 
-def remove_stale() -> list[str]:
+def remove_stale(folder: Path = TMP) -> list[str]:
     """Delete the namespaces of earlier runs whose process is gone (a SIGKILLed pytest runs
-    no finalizer); the namespaces they name."""
-    if shutil.which("ip") is None:
-        return []
-    try:
-        listed = sh("ip", "netns", "list")
-    except NetnsRefused:
-        return []
+    no finalizer), and their `rbj-<pid>-…` folders under `folder`; what was removed."""
     stale = []
+    listed = ""
+    if shutil.which("ip") is not None:
+        with contextlib.suppress(NetnsRefused):
+            listed = sh("ip", "netns", "list")
     for line in listed.splitlines():
         netns = line.split()[0] if line.split() else ""
-        owner = netns.removeprefix(PREFIX).split("-")[0]
-        if not netns.startswith(PREFIX) or not owner.isdigit() or _alive(int(owner)):
-            continue
-        remove_netns(netns)
-        stale.append(netns)
+        if _stale(netns):
+            remove_netns(netns)
+            stale.append(netns)
+    for path in folder.glob(f"{PREFIX}*"):
+        if path.is_dir() and _stale(path.name):
+            shutil.rmtree(path, ignore_errors=True)
+            stale.append(str(path))
     return stale
+
+
+def _stale(name: str) -> bool:
+    """Named by `rbj-<pid>-…` of a process that is gone."""
+    owner = name.removeprefix(PREFIX).split("-")[0]
+    return name.startswith(PREFIX) and owner.isdigit() and not _alive(int(owner))
 
 
 def _alive(pid: int) -> bool:
