@@ -50,7 +50,7 @@ async def steer(intruder: tuple[str, NATS], target: str) -> None:
     )
 
 
-async def test_a_reply_another_user_steers_onto_alice_s_events_is_never_one_of_her_events(
+async def test_replies_another_user_steers_onto_alice_s_events_or_cancel_leave_her_run_alone(
     intruder: tuple[str, NATS], nats_server: SecuredNats
 ) -> None:
     async with runbus.client.connect(nats_server.client_url, token="dev-alice") as alice:
@@ -58,6 +58,7 @@ async def test_a_reply_another_user_steers_onto_alice_s_events_is_never_one_of_h
         events = alice.stream("travel", "Weather in Sydney?", session_id="s-steered", run_id=run_id)
         first = await anext(events)
         await steer(intruder, subjects.events("acme", "alice", run_id))
+        await steer(intruder, subjects.run_cancel("acme", "alice", run_id))
         seen = [first, *[event async for event in events]]
         stored = [item.event async for item in alice.follow(run_id)]
 
@@ -154,3 +155,24 @@ async def test_a_consumer_delivering_into_the_user_s_own_inbox_is_accepted(
 
     assert b'"error"' not in reply.data, reply.data
     assert json.loads(reply.data)["config"]["deliver_subject"].startswith(me.inbox_prefix)
+
+
+async def test_a_consumer_of_the_user_s_own_events_cannot_add_alice_s_as_a_second_filter(
+    intruder: tuple[str, NATS],
+) -> None:
+    name, nc = intruder
+    tenant, user = INTRUDERS[name]
+    own = subjects.owner_events(tenant, user)
+    create = subjects.consumer_create(subjects.EVENTS_STREAM, own, subjects.CLIENT_JS_API)
+    body = {
+        "stream_name": subjects.EVENTS_STREAM,
+        "config": {
+            "name": f"c-{name}-two",
+            "filter_subjects": [own, subjects.owner_events("acme", "alice")],
+            "deliver_subject": nc.new_inbox(),
+        },
+    }
+
+    reply = await nc.request(create.replace("*", f"c-{name}-two"), json.dumps(body).encode())
+
+    assert b'"error"' in reply.data, reply.data
