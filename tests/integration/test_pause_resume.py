@@ -4,6 +4,7 @@ against the tool's schema) and resumes it; a paused run waits across a restart o
 service and of NATS."""
 
 import asyncio
+import re
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
@@ -13,6 +14,7 @@ import nats
 import pytest
 
 from runbus import ops
+from runbus.cli import build_parser
 from runbus.client import RunbusClient
 from runbus.errors import RemoteError
 from runbus.messages import (
@@ -24,6 +26,7 @@ from runbus.messages import (
     RunResumed,
 )
 from runbus.messages.runs import CallEdit, RunEdit, RunGet, RunPause, RunPendingGet, RunResume
+from runbus.settings import load_settings
 from runbus_examples import AGENTS_DIR
 from runbus_gateway.agents import load_agents
 from tests.helpers import eventually
@@ -31,6 +34,7 @@ from tests.models import GatedModel, call, text
 from tests.stack import SecuredNats, Stack, secured_nats, start_stack
 
 AGENTS = {"travel": msgspec.structs.replace(load_agents(AGENTS_DIR)["travel"], model="gated")}
+LOG_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \[")
 GATEWAY = {"ack_wait": 1.0, "stop_grace": 0.2}
 
 
@@ -219,3 +223,45 @@ async def paused_again(client: RunbusClient, run_id: str) -> str:
         return record.status if record.attempts > 1 and record.status == "paused" else ""
 
     return await eventually(status, 30, what="the redelivered run paused again")
+
+
+async def test_the_cli_pauses_shows_edits_resumes_and_forks_a_run(
+    nats_server: SecuredNats,
+    tmp_path: Path,
+    users: dict[str, RunbusClient],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    alice = users["alice"]
+    settings = load_settings(
+        {"RUNBUS_NATS_URL": nats_server.client_url, "RUNBUS_TOKEN": "dev-alice"}
+    )
+
+    async def cli(*argv: str) -> str:
+        """What `runbus runs …` prints (the in-process services' log lines left out)."""
+        capsys.readouterr()
+        args = build_parser().parse_args(["runs", *argv])
+        assert await args.handler(settings, args) == 0
+        lines = capsys.readouterr().out.splitlines()
+        return "\n".join(line for line in lines if not LOG_LINE.match(line))
+
+    model = GatedModel(weather_for, hold={0})
+    async with stack(nats_server.url, tmp_path, model):
+        run_id = await alice.start("travel", "Weather?", session_id="cli")
+        await asyncio.wait_for(model.reached.wait(), 10)
+        asked = await cli("pause", run_id)
+        model.release.set()
+        await paused(alice, run_id)
+        shown = await cli("pending", run_id)
+        edited = await cli("edit", run_id, "--set", 'c-weather={"city": "Hobart"}', "--note", "hi")
+        resumed = await cli("resume", run_id)
+        ended = await final(alice, run_id)
+        forked = await cli("fork", run_id, "--session", "cli-fork", "--checkpoint", "2")
+
+    assert asked.startswith(f"run {run_id}: requested")
+    assert 'call c-weather: get_weather {"city": "Sydney"}' in shown
+    assert 'call c-weather: get_weather {"city": "Hobart"}' in edited
+    assert "note: hi" in edited
+    assert resumed.startswith(f"run {run_id}: resumed")
+    assert isinstance(ended, RunCompleted)
+    assert ended.text == "Weather for Hobart (hi)"
+    assert forked.strip() == f"session cli-fork: 2 messages, from checkpoint 2 of 5 of run {run_id}"

@@ -1,6 +1,8 @@
-"""`runbus runs list|show|cancel|follow`: the caller's runs, through the gateway's API."""
+"""`runbus runs list|show|cancel|follow|pause|pending|edit|resume|fork`: the caller's runs,
+through the gateway's API."""
 
 import argparse
+import json
 import sys
 
 import msgspec
@@ -8,10 +10,17 @@ import msgspec
 from .. import ops
 from ..client import RunbusClient
 from ..messages.runs import (
+    CallEdit,
     RunCancel,
+    RunEdit,
+    RunFork,
     RunGet,
     RunList,
+    RunPause,
+    RunPending,
+    RunPendingGet,
     RunRecord,
+    RunResume,
 )
 from ..render import EventPrinter, table
 from ..settings import Settings
@@ -19,7 +28,9 @@ from ._common import Subparsers, connected
 
 
 def register(subparsers: Subparsers) -> None:
-    runs = subparsers.add_parser("runs", help="your runs: list, show, cancel, follow")
+    runs = subparsers.add_parser(
+        "runs", help="your runs: list, show, cancel, follow, pause, edit, resume, fork"
+    )
     actions = runs.add_subparsers(dest="action", required=True)
     listing = actions.add_parser("list", help="your runs, newest first")
     listing.add_argument("--session", default=None, help="only this session's runs")
@@ -31,11 +42,36 @@ def register(subparsers: Subparsers) -> None:
         ("show", "one run's status and result"),
         ("cancel", "cancel a run"),
         ("follow", "replay a run's events, then follow it live"),
+        ("pause", "pause a run at its next step boundary"),
+        ("pending", "what a paused run would do next: its pending calls and messages"),
+        ("edit", "change a paused run's pending calls or add a message (it stays paused)"),
+        ("resume", "let a paused run go on, as edited"),
+        ("fork", "start a new session from one of a run's checkpoints"),
     ):
         action = actions.add_parser(name, help=text)
         action.add_argument("run_id", help="the run id (r-…)")
     actions.choices["follow"].add_argument(
         "--after", type=int, default=0, help="resume after this event sequence"
+    )
+    edit = actions.choices["edit"]
+    edit.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="CALL_ID=JSON",
+        help="replace a pending call's arguments with this JSON object",
+    )
+    edit.add_argument(
+        "--drop", action="append", default=[], metavar="CALL_ID", help="do not run this call"
+    )
+    edit.add_argument("--note", action="append", default=[], help="a message the model reads next")
+    fork = actions.choices["fork"]
+    fork.add_argument("--session", required=True, help="the new session's id")
+    fork.add_argument(
+        "--checkpoint",
+        type=int,
+        default=None,
+        help="how many of the run's stored messages to keep (default: all)",
     )
     for action in actions.choices.values():
         action.add_argument("--json", action="store_true", help="machine-readable output")
@@ -112,4 +148,58 @@ async def handle(settings: Settings, args: argparse.Namespace) -> int:
                 printer = EventPrinter(sys.stdout, as_json=args.json)
                 async for item in client.follow(args.run_id, after=args.after):
                     printer(item.event)
+            case "pause" | "pending" | "edit" | "resume":
+                pending = await _step_in(client, args)
+                if args.json:
+                    sys.stdout.write(msgspec.json.encode(pending).decode() + "\n")
+                else:
+                    print(_pending(pending))
+            case "fork":
+                forked = await client.call(
+                    ops.API_RUNS_FORK,
+                    RunFork(
+                        run_id=args.run_id, session_id=args.session, checkpoint=args.checkpoint
+                    ),
+                )
+                if args.json:
+                    sys.stdout.write(msgspec.json.encode(forked).decode() + "\n")
+                else:
+                    print(
+                        f"session {forked.session_id}: {forked.messages} messages, from checkpoint"
+                        f" {forked.checkpoint} of {len(forked.checkpoints)} of run {forked.run_id}"
+                    )
     return 0
+
+
+async def _step_in(client: RunbusClient, args: argparse.Namespace) -> RunPending:
+    run_id = args.run_id
+    match args.action:
+        case "pause":
+            return await client.call(ops.API_RUNS_PAUSE, RunPause(run_id=run_id))
+        case "pending":
+            return await client.call(ops.API_RUNS_PENDING, RunPendingGet(run_id=run_id))
+        case "resume":
+            return await client.call(ops.API_RUNS_RESUME, RunResume(run_id=run_id))
+    replace = []
+    for item in args.set:
+        call_id, _, arguments = item.partition("=")
+        try:
+            value = json.loads(arguments)
+        except json.JSONDecodeError as exc:
+            raise SystemExit(f"--set {call_id}=…: not JSON ({exc.msg})") from None
+        if not isinstance(value, dict):
+            raise SystemExit(f"--set {call_id}=…: the arguments must be a JSON object")
+        replace.append(CallEdit(call_id=call_id, arguments=value))
+    edit = RunEdit(run_id=run_id, replace=replace, drop=args.drop, add=args.note)
+    return await client.call(ops.API_RUNS_EDIT, edit)
+
+
+def _pending(pending: RunPending) -> str:
+    lines = [f"run {pending.run_id}: {pending.status} (after step {pending.step})"]
+    for call in pending.calls:
+        arguments = json.dumps(call.arguments, ensure_ascii=False)
+        lines.append(f"  call {call.call_id}: {call.name} {arguments}")
+    for message in pending.messages:
+        if message.role == "user":
+            lines.append(f"  note: {message.text}")
+    return "\n".join(lines)
