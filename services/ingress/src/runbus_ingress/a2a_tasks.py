@@ -36,6 +36,8 @@ from runbus.messages import (
     RunCompleted,
     RunEvent,
     RunFailed,
+    RunPaused,
+    RunResumed,
     RunStarted,
     RunTextDelta,
     RunToolCall,
@@ -209,7 +211,7 @@ class TaskUpdates:
             case RunFailed(error=error):
                 message = error_message(self.task_id, self.context_id, error)
                 return [self.status(state_of_failure(error), message)]
-            case RunCompacted():
+            case RunCompacted() | RunPaused() | RunResumed():
                 return []  # the run's own housekeeping: A2A has no update for it
             case _:
                 assert_never(event)

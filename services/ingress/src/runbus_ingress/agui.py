@@ -30,6 +30,8 @@ from runbus.messages import (
     RunCompleted,
     RunEvent,
     RunFailed,
+    RunPaused,
+    RunResumed,
     RunStarted,
     RunTextDelta,
     RunToolCall,
@@ -137,7 +139,7 @@ class Translator:
                 )
             case RunFailed(error=error):
                 out.append(ag.RunErrorEvent(message=error.message, code=error.code))
-            case RunCompacted():
+            case RunCompacted() | RunPaused() | RunResumed():
                 pass  # the run's own housekeeping: AG-UI has no event for it
             case _:
                 assert_never(event)
@@ -149,7 +151,14 @@ class Translator:
                 return True
             case RunToolResult(result=result):
                 return self.tool_names.get(result.call_id, "").startswith(TODO_TOOL_PREFIX)
-            case RunApprovalRequested() | RunCompacted() | RunTextDelta() | RunToolCall():
+            case (
+                RunApprovalRequested()
+                | RunCompacted()
+                | RunPaused()
+                | RunResumed()
+                | RunTextDelta()
+                | RunToolCall()
+            ):
                 return False
             case RunFailed():
                 return False

@@ -30,6 +30,8 @@ from runbus.messages import (
     RunCompacted,
     RunCompleted,
     RunFailed,
+    RunPaused,
+    RunResumed,
     RunStarted,
     RunTextDelta,
     RunToolCall,
@@ -265,7 +267,7 @@ async def _settle(
                     note = f"{name} failed" if result.error else f"{name} answered"
                 case RunTextDelta(delta=delta):
                     note = delta
-                case RunCompacted():
+                case RunCompacted() | RunPaused() | RunResumed():
                     note = "history compacted"
                 case _:
                     assert_never(event)

@@ -33,6 +33,8 @@ from runbus.messages import (
     RunCompleted,
     RunEvent,
     RunFailed,
+    RunPaused,
+    RunResumed,
     RunStarted,
     RunTextDelta,
     RunToolCall,
@@ -139,7 +141,15 @@ class Completion:
                     error=result.error,
                     status="done",
                 )
-            case RunStarted() | RunCompacted() | RunTextDelta() | RunCompleted() | RunFailed():
+            case (
+                RunStarted()
+                | RunCompacted()
+                | RunPaused()
+                | RunResumed()
+                | RunTextDelta()
+                | RunCompleted()
+                | RunFailed()
+            ):
                 return None
             case _:
                 assert_never(event)
@@ -174,7 +184,7 @@ class Completion:
                 return frames, True
             case RunToolCall() | RunApprovalRequested() | RunToolResult():
                 pass  # the tool chunk above
-            case RunStarted() | RunCompacted():
+            case RunStarted() | RunCompacted() | RunPaused() | RunResumed():
                 pass  # no chunk: OpenAI's stream has nothing for them
             case _:
                 assert_never(event)
@@ -336,7 +346,14 @@ async def _whole(
                 return json_response(completion.final(event), headers=headers)
             case RunFailed(error=error):
                 return error_response(error, headers=headers, openai=True)
-            case RunStarted() | RunApprovalRequested() | RunCompacted() | RunTextDelta():
+            case (
+                RunStarted()
+                | RunApprovalRequested()
+                | RunCompacted()
+                | RunPaused()
+                | RunResumed()
+                | RunTextDelta()
+            ):
                 pass  # the answer is the final event's text
             case RunToolCall() | RunToolResult():
                 pass  # kept by `on_event` for the answer's tool activity

@@ -27,6 +27,8 @@ from runbus.messages import (
     RunCompleted,
     RunEvent,
     RunFailed,
+    RunPaused,
+    RunResumed,
     RunStarted,
     RunTextDelta,
     RunToolCall,
@@ -240,7 +242,7 @@ class Response:
             case RunToolCall() | RunToolResult() | RunApprovalRequested():
                 # The agent's tools run server-side: a message before a tool call is finished.
                 return self._close(), False
-            case RunStarted() | RunCompacted():
+            case RunStarted() | RunCompacted() | RunPaused() | RunResumed():
                 return [], False
             case _:
                 assert_never(event)
@@ -356,6 +358,8 @@ async def _whole(
                 RunStarted()
                 | RunApprovalRequested()
                 | RunCompacted()
+                | RunPaused()
+                | RunResumed()
                 | RunTextDelta()
                 | RunToolCall()
                 | RunToolResult()

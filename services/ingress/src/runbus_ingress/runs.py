@@ -22,6 +22,8 @@ from runbus.messages import (
     RunCompacted,
     RunCompleted,
     RunFailed,
+    RunPaused,
+    RunResumed,
     RunStarted,
     RunTextDelta,
     RunToolCall,
@@ -221,7 +223,14 @@ async def _final(events: Events, headers: dict[str, str]) -> web.Response:
             return json_response(encode(final), headers=headers)
         case RunFailed(error=error):
             return error_response(error, headers=headers)
-        case None | RunStarted() | RunApprovalRequested() | RunCompacted():
+        case (
+            None
+            | RunStarted()
+            | RunApprovalRequested()
+            | RunCompacted()
+            | RunPaused()
+            | RunResumed()
+        ):
             raise Unavailable("the event stream ended without a final event")
         case RunTextDelta() | RunToolCall() | RunToolResult():
             raise Unavailable("the event stream ended without a final event")
