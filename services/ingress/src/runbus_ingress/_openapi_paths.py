@@ -195,6 +195,47 @@ def paths() -> dict[str, dict[str, Any]]:
                 params=[RUN_ID, _param("call_id")],
             )
         },
+        "/v1/runs/{run_id}/pause": {
+            "post": _op(
+                "Pause a run at its next step boundary",
+                {
+                    "200": _ok("it is paused", "RunPending"),
+                    "202": _ok("it pauses at its next step boundary", "RunPending"),
+                    **_errors(*COMMON, 409),
+                },
+                params=[RUN_ID],
+            )
+        },
+        "/v1/runs/{run_id}/pending": {
+            "get": _op(
+                "A paused run's pending calls and messages",
+                {"200": _ok("what it does next", "RunPending"), **_errors(*COMMON, 409)},
+                params=[RUN_ID],
+            )
+        },
+        "/v1/runs/{run_id}/edit": {
+            "post": _op(
+                "Edit a paused run's pending step (it stays paused)",
+                {"200": _ok("the pending step as edited", "RunPending"), **_errors(*COMMON, 409)},
+                body=_body("Edit"),
+                params=[RUN_ID],
+            )
+        },
+        "/v1/runs/{run_id}/resume": {
+            "post": _op(
+                "Resume a paused run, as edited",
+                {"200": _ok("it goes on", "RunPending"), **_errors(*COMMON, 409)},
+                params=[RUN_ID],
+            )
+        },
+        "/v1/runs/{run_id}/fork": {
+            "post": _op(
+                "Fork a run from one of its checkpoints into a new session",
+                {"201": _ok("the new session", "RunForked"), **_errors(*COMMON, 409)},
+                body=_body("Fork"),
+                params=[RUN_ID],
+            )
+        },
         "/v1/runs/{run_id}/agui": {
             "get": _op(
                 "A run's events as AG-UI",

@@ -10,7 +10,14 @@ from aiohttp import web
 
 from runbus.messages import ErrorReply, HistoryLoaded, RunCompleted
 from runbus.messages.memory import MemoryForgotten, MemoryListed
-from runbus.messages.runs import AgentListed, ApprovalDecided, RunListed, RunRecord
+from runbus.messages.runs import (
+    AgentListed,
+    ApprovalDecided,
+    RunForked,
+    RunListed,
+    RunPending,
+    RunRecord,
+)
 from runbus.messages.sessions import SessionListed, SessionRecord
 
 from . import openai_wire as oa
@@ -20,12 +27,16 @@ from .bodies import StartRun
 from .errors import OpenAIErrorBody
 from .resources import Me
 from .responses import ResponseRequest
-from .runs import Decision, Detached
+from .runs import Decision, Detached, Edit, Fork
 
 _TYPES: Final = (
     StartRun,
     Detached,
     Decision,
+    Edit,
+    Fork,
+    RunPending,
+    RunForked,
     RunRecord,
     RunListed,
     RunCompleted,

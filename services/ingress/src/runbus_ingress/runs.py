@@ -1,4 +1,5 @@
-"""runbus's own run API: start, read, list, cancel and approve runs, and their events as SSE.
+"""runbus's own run API: start, read, list, cancel and approve runs, and their events as SSE;
+pause, edit, resume and fork them.
 
 Each handler makes the bus calls any client makes, on the caller's own connection: the gateway
 authenticates and authorizes, this process only translates.
@@ -18,6 +19,7 @@ from runbus.client import SequencedEvent, new_run_id
 from runbus.decoding import sequence
 from runbus.errors import Unavailable
 from runbus.messages import (
+    Identifier,
     RunApprovalRequested,
     RunCompacted,
     RunCompleted,
@@ -32,9 +34,15 @@ from runbus.messages import (
 )
 from runbus.messages.runs import (
     ApprovalDecide,
+    CallEdit,
     RunCancel,
+    RunEdit,
+    RunFork,
     RunGet,
     RunList,
+    RunPause,
+    RunPendingGet,
+    RunResume,
     RunStatus,
 )
 
@@ -80,7 +88,29 @@ class Detached(msgspec.Struct, frozen=True):
     trace_id: str
 
 
+class Edit(msgspec.Struct, frozen=True, kw_only=True):
+    """Body of `POST /v1/runs/{run_id}/edit`: changes to a paused run's pending step."""
+
+    replace: list[CallEdit] = []
+    """Calls whose arguments change (checked against the tool's schema)."""
+    drop: list[str] = []
+    """Ids of calls not to run."""
+    add: list[Annotated[str, msgspec.Meta(max_length=16384)]] = []
+    """User messages the model reads next."""
+
+
+class Fork(msgspec.Struct, frozen=True, kw_only=True):
+    """Body of `POST /v1/runs/{run_id}/fork`: a new session from one of the run's checkpoints."""
+
+    session_id: Identifier
+    """The new session; it must not exist yet."""
+    checkpoint: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    """How many of the run's stored messages it keeps (None: all)."""
+
+
 _DECISION = msgspec.json.Decoder(Decision)
+_EDIT = msgspec.json.Decoder(Edit)
+_FORK = msgspec.json.Decoder(Fork)
 
 
 async def on_start_run(request: web.Request) -> web.StreamResponse:
@@ -147,6 +177,46 @@ async def on_decide(request: web.Request) -> web.Response:
     async with ingress_of(request).client(request) as client:
         decided = await client.call(ops.API_APPROVALS_DECIDE, decide)
     return json_response(encode(decided))
+
+
+async def on_pause_run(request: web.Request) -> web.Response:
+    """202: the run pauses at its next step boundary (`run.paused` in its events)."""
+    run_id = identifier(request, "run_id")
+    async with ingress_of(request).client(request) as client:
+        pending = await client.call(ops.API_RUNS_PAUSE, RunPause(run_id=run_id))
+    return json_response(encode(pending), status=200 if pending.status == "paused" else 202)
+
+
+async def on_run_pending(request: web.Request) -> web.Response:
+    run_id = identifier(request, "run_id")
+    async with ingress_of(request).client(request) as client:
+        pending = await client.call(ops.API_RUNS_PENDING, RunPendingGet(run_id=run_id))
+    return json_response(encode(pending))
+
+
+async def on_edit_run(request: web.Request) -> web.Response:
+    run_id = identifier(request, "run_id")
+    edit = decode_body(await request.read(), _EDIT, "edit")
+    change = RunEdit(run_id=run_id, replace=edit.replace, drop=edit.drop, add=edit.add)
+    async with ingress_of(request).client(request) as client:
+        pending = await client.call(ops.API_RUNS_EDIT, change)
+    return json_response(encode(pending))
+
+
+async def on_resume_run(request: web.Request) -> web.Response:
+    run_id = identifier(request, "run_id")
+    async with ingress_of(request).client(request) as client:
+        pending = await client.call(ops.API_RUNS_RESUME, RunResume(run_id=run_id))
+    return json_response(encode(pending))
+
+
+async def on_fork_run(request: web.Request) -> web.Response:
+    run_id = identifier(request, "run_id")
+    fork = decode_body(await request.read(), _FORK, "fork")
+    asked = RunFork(run_id=run_id, session_id=fork.session_id, checkpoint=fork.checkpoint)
+    async with ingress_of(request).client(request) as client:
+        forked = await client.call(ops.API_RUNS_FORK, asked)
+    return json_response(encode(forked), status=201)
 
 
 async def on_run_events(request: web.Request) -> web.StreamResponse:
