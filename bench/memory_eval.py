@@ -158,12 +158,12 @@ async def _real_model(evaluation: EvalSet) -> None:
                 for contradiction in evaluation.contradictions:
                     old = contradiction_records(contradiction)
                     facts, _ = await _extract(nc, [contradiction.text], [old])
-                    made = plan(facts, [old], SCOPE, contradiction.id, AT)
+                    made = plan(facts, [old], SCOPE, contradiction.id, AT, [contradiction.text])
                     superseded += [r.memory_id for r in made.retired] == [old.memory_id]
                 await nc.drain()
     finally:
         server.stop()
-    scores = score_store(evaluation.utterances, lambda u: model_policy(answers[u.id]))
+    scores = score_store(evaluation.utterances, lambda u: model_policy(answers[u.id], u))
     _row("model policy, SmolLM2-135M", scores)
     extracted = sum(len(f) for f in answers.values())
     print(
@@ -188,7 +188,7 @@ async def run_benchmark(real_model: bool = True) -> None:
     _row("rules (deterministic)", score_store(evaluation.utterances, rules_policy))
     _row(
         "model policy, scripted",
-        score_store(evaluation.utterances, lambda u: model_policy(scripted_facts(u))),
+        score_store(evaluation.utterances, lambda u: model_policy(scripted_facts(u), u)),
     )
     print(
         f"  contradictions superseded, scripted: "

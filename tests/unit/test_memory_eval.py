@@ -44,7 +44,7 @@ def test_the_rules_store_with_precision_of_at_least_095_over_the_whole_set() -> 
 
 
 def test_a_scripted_model_fooled_by_every_refusable_utterance_still_stores_precisely() -> None:
-    scores = score_store(EVAL.utterances, lambda u: model_policy(scripted_facts(u)))
+    scores = score_store(EVAL.utterances, lambda u: model_policy(scripted_facts(u), u))
 
     assert scores["all"].precision >= 0.95, scores["all"].wrong
     assert scores["all"].recall >= 0.95
@@ -59,8 +59,8 @@ def test_no_request_question_instruction_or_authority_claim_is_stored_by_either_
     utterance: Utterance,
 ) -> None:
     assert rules_policy(utterance) == []
-    assert model_policy([Fact(text=utterance.text, action="add")]) == []
-    assert model_policy(scripted_facts(utterance)) == []
+    assert model_policy([Fact(text=utterance.text, action="add")], utterance) == []
+    assert model_policy(scripted_facts(utterance), utterance) == []
 
 
 @pytest.mark.parametrize("embedder", ["hashing", "minilm"])

@@ -97,10 +97,10 @@ def rules_policy(utterance: Utterance) -> list[str]:
     return list(dict.fromkeys(statements(utterance.text)))
 
 
-def model_policy(facts: list[Fact]) -> list[str]:
+def model_policy(facts: list[Fact], utterance: Utterance) -> list[str]:
     """What the model policy stores of a model's answer for one utterance (no memories yet):
     the facts that pass the trust rules."""
-    return [r.text for r in plan(facts, [], SCOPE, "eval", AT).stored]
+    return [r.text for r in plan(facts, [], SCOPE, "eval", AT, [utterance.text]).stored]
 
 
 def similarity(a: str, b: str) -> float:

@@ -455,7 +455,7 @@ class MemoryService(Service):
                 ops.MODEL_COMPLETE, request, ctx=ctx, timeout=EXTRACTION_TIMEOUT
             )
         facts = reconcile.parse(reply.message.text)
-        plan = reconcile.plan(facts, candidates, scope, write_id, at)
+        plan = reconcile.plan(facts, candidates, scope, write_id, at, texts)
         await self.memories.upsert(plan.records)
         self.log.info(
             "memories_reconciled",
