@@ -1,7 +1,7 @@
 """An A2A agent written with the a2a-sdk's own server (its request handler, task store and
 routes under uvicorn), for the tests of remote agents as tools. It takes only its bearer
-token. It answers a rate at once, asks which currency before it converts, and works
-forever on anything "slow" (until it is cancelled)."""
+token. It answers a rate at once, asks which currency before it converts, works forever on
+anything "slow" (until it is cancelled) and on anything "held" until the test releases it."""
 
 import asyncio
 import socket
@@ -31,6 +31,8 @@ class Seen:
     inputs: list[str] = field(default_factory=list)
     cancelled: list[str] = field(default_factory=list)
     working: asyncio.Event = field(default_factory=asyncio.Event)
+    release: asyncio.Event = field(default_factory=asyncio.Event)
+    """Lets a "held" task answer."""
 
 
 class Rates(AgentExecutor):
@@ -50,6 +52,9 @@ class Rates(AgentExecutor):
         if "slow" in text:
             self.seen.working.set()
             await asyncio.Event().wait()  # until cancelled
+        if "held" in text:
+            self.seen.working.set()
+            await self.seen.release.wait()
         if text.startswith("convert") and len(self.seen.inputs) == 1:
             await updater.requires_input(updater.new_agent_message([Part(text="Which currency?")]))
             return

@@ -11,12 +11,17 @@ from pathlib import Path
 
 import nats
 import pytest
+from nats.js.errors import NoKeysError
+from nats.js.kv import KeyValue
 
-from runbus import ops
+from runbus import ops, subjects
 from runbus.client import RunbusClient
 from runbus.messages import RunCompleted, RunFailed
 from runbus.messages.runs import ApprovalDecide, RunCancel, RunList, RunStatus
+from runbus.owners import Owner
+from runbus.tokens import TokenVerifier
 from runbus_gateway.agents import AgentSpec, RemoteAgent
+from runbus_gateway.service import GatewayService
 from runbus_ingress.server import listening
 from tests.a2a_agent_server import TOKEN, Seen, rates_agent
 from tests.helpers import approval_requested, eventually
@@ -206,3 +211,42 @@ async def test_an_agent_of_another_runbus_stack_answers_through_a2a_and_a_cancel
     assert isinstance(second, RunFailed)
     assert second.error.code == "cancelled"
     assert remote_runs == ["cancelled", "completed"]
+
+
+async def test_a_run_resumed_after_its_gateway_died_follows_the_remote_task_it_started(
+    nats_server: SecuredNats, tmp_path: Path, rates: tuple[str, Seen], alice: RunbusClient
+) -> None:
+    url, seen = rates
+    agent = fx(url)
+    async with start_stack(
+        nats_server.url,
+        data_dir=tmp_path,
+        agents={"fx": agent},
+        routes={"agents": AgentsModel()},
+        gateway_options={"ack_wait": 1.0},
+    ) as running:
+        run_id = await alice.start("fx", "held rate", session_id="fx")
+        await asyncio.wait_for(seen.working.wait(), 10)
+        approvals = await alice.nc.jetstream().key_value(subjects.APPROVALS_BUCKET)
+        await eventually(lambda: _keys(approvals, f"acme.alice.{run_id}.a2a."))
+        doomed = running.services["gateway"]
+        second = await running.start_service(
+            GatewayService, agents={"fx": agent}, verifier=TokenVerifier.from_file(), ack_wait=1.0
+        )
+        assert isinstance(second, GatewayService)
+        await doomed.nc.close()  # the replica vanishes mid-call: no ack, no cleanup
+        await eventually(lambda: second.runs.held(Owner("acme", "alice"), run_id))
+        seen.release.set()
+        ended = await final(alice, run_id)
+
+    assert isinstance(ended, RunCompleted)
+    assert ended.text == "fx heard: 1 AUD is 0.65 USD"
+    assert seen.inputs == ["held rate"]  # the message was sent once
+    assert seen.cancelled == []
+
+
+async def _keys(kv: KeyValue, prefix: str) -> list[str]:
+    try:
+        return [k for k in await kv.keys() if k.startswith(prefix)]
+    except NoKeysError:
+        return []

@@ -57,6 +57,8 @@ from .children import ChildRuns
 from .client_calls import ClientCalls
 from .event_stream import EventStream
 from .history_writes import store_checkpoint, store_compaction
+from .remote_tasks import RemoteTasks
+from .run.a2a_tools import RemoteTaskRef
 from .tool_calls import invoke_tool
 
 NO_SETTINGS = ModelSettings()
@@ -207,6 +209,17 @@ class BusPorts:
         self, ctx: RunContext, call: FunctionCallContent
     ) -> FunctionResultContent:
         return await self.client_calls.wait(ctx.run_id, Owner.of(ctx), call)
+
+    @functools.cached_property
+    def remote_tasks(self) -> RemoteTasks:
+        """Remote A2A tasks by call, in the approvals bucket (built on first use)."""
+        return RemoteTasks(self.approvals.bucket.kv)
+
+    async def remote_task(self, ctx: RunContext, call_id: str) -> RemoteTaskRef | None:
+        return await self.remote_tasks.get(Owner.of(ctx), ctx.run_id, call_id)
+
+    async def remember_remote_task(self, ctx: RunContext, call_id: str, ref: RemoteTaskRef) -> None:
+        await self.remote_tasks.put(Owner.of(ctx), ctx.run_id, call_id, ref)
 
     @functools.cached_property
     def children(self) -> ChildRuns:

@@ -12,19 +12,22 @@ import os
 import time
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import Final
+from typing import Final, Protocol, runtime_checkable
 
 import httpx
+import msgspec
 import structlog
 from a2a.client import A2ACardResolver, Client, ClientConfig, ClientFactory
 from a2a.client.errors import A2AClientError
 from a2a.types import (
     CancelTaskRequest,
+    GetTaskRequest,
     Message,
     Part,
     Role,
     SendMessageRequest,
     StreamResponse,
+    SubscribeToTaskRequest,
     TaskState,
 )
 from a2a.utils.errors import A2AError
@@ -55,6 +58,30 @@ ENDED: Final = frozenset({TaskState.TASK_STATE_COMPLETED, *FAILED})
 ASKING: Final = frozenset({TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_AUTH_REQUIRED})
 
 log = structlog.get_logger()
+
+
+class RemoteTaskRef(msgspec.Struct, frozen=True, kw_only=True):
+    """The task a call started at a remote agent."""
+
+    url: str
+    """The agent's endpoint."""
+    task_id: str
+    context_id: str = ""
+
+
+REMOTE_TASK_DECODER: Final = msgspec.json.Decoder(RemoteTaskRef)
+
+
+@runtime_checkable
+class RemoteTaskPorts(Protocol):
+    """Where a call's remote task is remembered, for a run resumed after its gateway died
+    (the bus adapters keep it in KV under the run's owner)."""
+
+    async def remote_task(self, ctx: RunContext, call_id: str) -> RemoteTaskRef | None: ...
+
+    async def remember_remote_task(
+        self, ctx: RunContext, call_id: str, ref: RemoteTaskRef
+    ) -> None: ...
 
 
 class RemoteAgentError(Exception):
@@ -109,7 +136,7 @@ class RemoteAgents:
                 remote = RemoteTask(agent, call, http, self)
                 try:
                     async with asyncio.timeout(timeout):
-                        answer = await remote.run(text)
+                        answer = await remote.run(text, first_send=first_send)
                 except TimeoutError:
                     await remote.cancel()
                     return _result(
@@ -123,6 +150,16 @@ class RemoteAgents:
             log.info("remote_agent_failed", tool=call.name, url=agent.url, error=str(exc))
             return _result(call, error=f"remote agent {call.name!r}: {exc}")
         return _result(call, result=answer)
+
+    async def recall(self, call: FunctionCallContent) -> RemoteTaskRef | None:
+        """The task an earlier delivery of this run started for the call, if it said."""
+        if not isinstance(self.ports, RemoteTaskPorts):
+            return None
+        return await self.ports.remote_task(self.ctx, call.call_id)
+
+    async def remember(self, call: FunctionCallContent, ref: RemoteTaskRef) -> None:
+        if isinstance(self.ports, RemoteTaskPorts):
+            await self.ports.remember_remote_task(self.ctx, call.call_id, ref)
 
     async def ask_owner(self, call: FunctionCallContent, round_: int, question: str) -> str | None:
         """Pause as an approval does until the run's owner answers the remote agent's
@@ -176,8 +213,10 @@ class RemoteTask:
         self.reading: asyncio.Future[TaskState] | None = None
         self.named = asyncio.Event()
         """Set once the agent has named its task."""
+        self.remembered = False
+        """Whether the task is recorded for a resumed run."""
 
-    async def run(self, text: str) -> str:
+    async def run(self, text: str, *, first_send: bool) -> str:
         card = await A2ACardResolver(self.http, self.agent.url).get_agent_card()
         self.client = ClientFactory(ClientConfig(httpx_client=self.http, streaming=True)).create(
             card
@@ -185,7 +224,16 @@ class RemoteTask:
         ctx = self.toolset.ctx
         # The same message id for every delivery of the run: an agent that dedupes sees one.
         message_id = f"{ctx.run_id}:{self.call.call_id}"
-        state = await self._read(self._send(message_id, text))
+        started = None if first_send else await self.toolset.recall(self.call)
+        if started is not None and started.url == self.agent.url:
+            # Sent by a delivery of this run that died: follow that task, do not ask again.
+            self.task_id, self.context_id = started.task_id, started.context_id
+            self.remembered = True
+            self.named.set()
+            log.info("remote_agent_task_resumed", tool=self.call.name, task_id=self.task_id)
+            state = await self._read(self._again())
+        else:
+            state = await self._read(self._send(message_id, text))
         for round_ in range(1, MAX_ROUNDS + 1):
             if state not in ASKING:
                 break
@@ -205,6 +253,17 @@ class RemoteTask:
         agent has named its task (which the cancel then needs)."""
         self.reading = asyncio.ensure_future(self._follow(responses))
         return await asyncio.shield(self.reading)
+
+    async def _again(self) -> AsyncIterator[StreamResponse]:
+        """The task's updates from now on, or the task as it stands when it can no longer
+        be followed (it ended)."""
+        assert self.client is not None
+        try:
+            async for response in self.client.subscribe(SubscribeToTaskRequest(id=self.task_id)):
+                yield response
+        except (A2AClientError, A2AError, NotImplementedError):
+            task = await self.client.get_task(GetTaskRequest(id=self.task_id))
+            yield StreamResponse(task=task)
 
     def _send(self, message_id: str, text: str) -> AsyncIterator[StreamResponse]:
         assert self.client is not None
@@ -244,6 +303,12 @@ class RemoteTask:
                     self.artifacts[key] = (
                         self.artifacts.get(key, "") if update_a.append else ""
                     ) + chunk
+            if self.named.is_set() and not self.remembered:
+                self.remembered = True
+                ref = RemoteTaskRef(
+                    url=self.agent.url, task_id=self.task_id, context_id=self.context_id
+                )
+                await self.toolset.remember(self.call, ref)
             if state in ENDED or state in ASKING:
                 return state
         return state
