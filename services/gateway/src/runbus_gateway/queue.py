@@ -65,6 +65,8 @@ def run_streams(replicas: int, duplicate_window: float) -> list[StreamConfig]:
             max_age=EVENTS_MAX_AGE,
             duplicate_window=DUPLICATE_WINDOW,
             num_replicas=replicas,
+            # A run in flight is read off its events by direct gets (runs.py).
+            allow_direct=True,
         ),
         StreamConfig(
             name=subjects.DEAD_STREAM,
@@ -180,11 +182,16 @@ class RunQueue:
 
     async def _may_run(self, delivery: Delivery, run: LocalRun) -> None:
         """Not when its owner cancelled it while it waited in the stream for its retry, nor
-        when every attempt was cut off."""
+        when every attempt was cut off, nor (a child run) when its parent ended meanwhile: a
+        cancel of the parent that came before the child was taken reached no replica."""
+        owner = run.owner
         if delivery.attempt > 1:
-            owner = run.owner
             earlier = await self.records.get(owner.tenant, owner.user_id, run.run_id)
             if earlier is not None and earlier.status == "cancelled":
+                raise RunCancelled(run.run_id)
+        if parent_id := run.request.parent_run_id:
+            parent = await self.records.get(owner.tenant, owner.user_id, parent_id)
+            if parent is not None and parent.status in ("cancelled", "failed"):
                 raise RunCancelled(run.run_id)
         if delivery.attempt > MAX_ATTEMPTS:
             raise DeadLettered(delivery.attempt - 1, "the gateway stopped during every attempt")

@@ -64,8 +64,10 @@ class RunRecords:
         last; None when it has no `run.started` (it never ran, or its events expired)."""
         subject = subjects.events(tenant, user_id, run_id)
         try:
-            first = await self.js.get_msg(subjects.EVENTS_STREAM, seq=1, subject=subject, next=True)
-            last = await self.js.get_last_msg(subjects.EVENTS_STREAM, subject)
+            first = await self.js.get_msg(
+                subjects.EVENTS_STREAM, seq=1, subject=subject, next=True, direct=True
+            )
+            last = await self.js.get_last_msg(subjects.EVENTS_STREAM, subject, direct=True)
         except NotFoundError:
             return None
         started = _event(first)
