@@ -134,8 +134,20 @@ async function runPage(runId) {
   const startedHere = localStorage.getItem(`runbus.trace.${runId}`);
   const trace = el("span", { id: "trace-slot" }, startedHere ? traceView(startedHere) : el("span", { class: "muted" }, "…"));
   const onTrace = (traceId) => trace.replaceChildren(traceView(traceId || startedHere));
+  const controls = el("div", { id: "controls", class: "inline" });
+  const pausable = (value) => ["queued", "running", "waiting_approval"].includes(value);
+  const pause = el("button", { id: "pause", onclick: async () => {
+    try {
+      const asked = await api(`/v1/runs/${encodeURIComponent(runId)}/pause`, { method: "POST" });
+      pause.disabled = true;
+      pause.textContent = asked.status === "paused" ? "Paused" : "Pausing at the next step…";
+    } catch (error) { controls.append(failure(error)); }
+  } }, "Pause");
+  pause.hidden = !pausable(record.status);
+  controls.append(pause);
   show(el("h1", {}, "Run ", el("span", { class: "mono" }, runId), " ", badge),
     el("p", { class: "muted" }, `agent ${record.agent} · session `, el("a", { href: `#session/${record.session_id}` }, record.session_id), " · trace ", trace),
+    controls,
     el("div", { class: "grid" },
       el("div", {}, el("div", { class: "card" }, el("h2", {}, "Answer"), answer), el("div", { class: "card" }, el("h2", {}, "Tool calls"), tools)),
       el("div", {}, el("div", { class: "card" }, el("h2", {}, "Todo list"), todos), el("div", { class: "card" }, el("h2", {}, "Usage"), usage))));
@@ -194,7 +206,23 @@ async function runPage(runId) {
         if (box.textContent.includes("todos_")) refreshTodos().catch(() => {});
         break;
       }
+      case "run.paused": {
+        badge.replaceChildren(status("paused"));
+        pause.hidden = true;
+        const shown = document.getElementById("pending");
+        if (shown) shown.remove();
+        controls.after(pendingEditor(runId, event.calls));
+        break;
+      }
+      case "run.resumed": {
+        badge.replaceChildren(status("running"));
+        const shown = document.getElementById("pending");
+        if (shown) shown.remove();
+        pause.hidden = false; pause.disabled = false; pause.textContent = "Pause";
+        break;
+      }
       case "run.completed":
+        pause.hidden = true;
         badge.replaceChildren(status("completed"));
         if (!answer.textContent) answer.append(el("div", { class: "message" }, event.text));
         usage.textContent = `${event.usage.input_tokens} tokens in · ${event.usage.output_tokens} tokens out` +
@@ -202,12 +230,56 @@ async function runPage(runId) {
         refreshTodos().catch(() => {});
         break;
       case "run.failed":
+        pause.hidden = true;
         badge.replaceChildren(status(event.error.code === "cancelled" ? "cancelled" : "failed"));
         answer.after(failure({ message: event.error.message, code: event.error.code }));
         break;
     }
   };
   follow(runId, onEvent, onTrace, controller.signal).catch((error) => { if (error.name !== "AbortError") answer.after(failure(error)); });
+}
+
+// A paused run's pending calls, each with its arguments to edit (JSON) or drop, a message to
+// add, and Resume: the edit is sent first, and a refused edit leaves the run paused.
+function pendingEditor(runId, calls) {
+  const rows = calls.map((call) => ({
+    call,
+    args: el("textarea", { class: "args", "data-call": call.call_id, rows: 3, spellcheck: "false" }),
+    drop: el("input", { type: "checkbox", "data-drop": call.call_id }),
+  }));
+  for (const row of rows) row.args.value = JSON.stringify(row.call.arguments, null, 1);
+  const note = el("input", { id: "pause-note", placeholder: "a message for the model (optional)", style: "width:100%" });
+  const problem = el("div", { id: "edit-error" });
+  const path = (action) => `/v1/runs/${encodeURIComponent(runId)}/${action}`;
+  const edit = () => {
+    const body = { replace: [], drop: [], add: [] };
+    for (const { call, args, drop } of rows) {
+      if (drop.checked) { body.drop.push(call.call_id); continue; }
+      let value;
+      try { value = JSON.parse(args.value); } catch (_) { throw new ApiError(0, "bad_json", `the arguments of ${call.name} are not JSON`); }
+      if (JSON.stringify(value) !== JSON.stringify(call.arguments)) body.replace.push({ call_id: call.call_id, arguments: value });
+    }
+    if (note.value.trim()) body.add.push(note.value.trim());
+    return body;
+  };
+  const resume = async () => {
+    problem.replaceChildren();
+    try {
+      const body = edit();
+      if (body.replace.length || body.drop.length || body.add.length) {
+        await api(path("edit"), { method: "POST", body: JSON.stringify(body) });
+        note.value = "";
+      }
+      await api(path("resume"), { method: "POST" });
+    } catch (error) { problem.replaceChildren(failure(error)); }
+  };
+  return el("div", { class: "card paused", id: "pending" },
+    el("h2", {}, "Paused before these calls run"),
+    rows.length ? rows.map(({ call, args, drop }) => el("div", { class: "tool", "data-pending": call.call_id },
+      el("b", {}, call.name), " ", el("span", { class: "mono muted" }, call.call_id), args,
+      el("label", {}, drop, " drop this call"))) : el("p", { class: "muted" }, "No pending calls: the model is asked next."),
+    note, problem,
+    el("div", { class: "buttons" }, el("button", { class: "primary", id: "resume", onclick: resume }, "Resume")));
 }
 
 async function sessionsPage() {
