@@ -179,3 +179,37 @@ async def test_another_user_or_tenant_can_neither_list_cancel_nor_add_to_the_chi
     assert [r.run_id for r in alices] == [child]
     assert refused == {"bob": "not_found", "carol": "not_found"}
     assert isinstance(ended, RunCompleted)
+
+
+async def test_a_child_taken_after_its_parent_was_cancelled_ends_cancelled_without_running(
+    nats_server: SecuredNats, tmp_path: Path, users: dict[str, RunbusClient]
+) -> None:
+    """A cancel of the parent that came before a replica took its child reached nobody: the
+    child, admitted later, finds its parent's record and does not run."""
+    alice = users["alice"]
+    model = AgentsModel(hold={("flights", 0)})
+    async with stack(nats_server, tmp_path, model):
+        run_id = await alice.start("triage", "Get me to Melbourne", session_id="trip")
+        await asyncio.wait_for(model.reached.wait(), 10)
+        await alice.call(ops.API_RUNS_CANCEL, RunCancel(run_id=run_id))
+        await final(alice, run_id)
+        asked = model.calls_of("flights")
+        late = RunRequest(
+            run_id="r-late-child",
+            agent="flights",
+            session_id="r-late-child",
+            input=[ChatMessage(role="user", contents=[TextContent(text="SYD to MEL")])],
+            parent_run_id=run_id,
+            root_run_id=run_id,
+            depth=1,
+        )
+        await alice.nc.jetstream().publish(
+            "runbus.runs.flights",
+            encode(late),
+            headers={"rb-auth": "Bearer dev-alice", "Nats-Msg-Id": "r-late-child"},
+        )
+        ended = await final(alice, "r-late-child")
+
+    assert isinstance(ended, RunFailed)
+    assert ended.error.code == "cancelled"
+    assert model.calls_of("flights") == asked
