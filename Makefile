@@ -48,8 +48,12 @@ iptables: ## Install iptables for the cluster suite's partitions if absent (root
 	  || echo "iptables not installed: tests/cluster will fail saying so"
 
 .PHONY: test
+# Two passes: the fast lanes on every core (xdist: they are most of the suite's time and safe to
+# share a machine), then the lanes that start processes, kill things or time a probe, one at a
+# time so their deadlines see a machine no busier than a user's. Exit 5 of either pass fails.
 test: setup browser iptables ## Run the whole test suite (every lane; pytest exit 5, nothing collected, fails)
-	$(UV_RUN) pytest
+	$(UV_RUN) pytest -m "$(FAST)" -n auto
+	$(UV_RUN) pytest -m "not ($(FAST))"
 
 .PHONY: test-fast
 test-fast: setup ## The inner loop: unit, contract and fast integration tests, on every core (xdist)

@@ -262,7 +262,10 @@ async def test_a_server_that_stops_answering_even_pings_is_restarted(
     service = await start(rogue(rogue_log, timeout=0.5, ping_interval=0.5))
 
     frozen = await invoke(nc, "rogue__freeze", {})
-    await eventually(lambda: service.mcp.servers["rogue"].restarts >= 1, what="a restart")
+    # A restart spawns a new server process: slow on a loaded machine, so a generous bound.
+    await eventually(
+        lambda: service.mcp.servers["rogue"].restarts >= 1, what="a restart", timeout=60
+    )
     after = await invoke(nc, "rogue__echo", {"text": "back"}, call_id="c-back")
 
     assert frozen.result.error == "tool 'rogue__freeze' timed out after 0.5s."
