@@ -57,6 +57,7 @@ LAUNCHERS: Final = {
     "tests/deploy/test_nats_cluster_auth.py": "cluster.conf from compose.cluster.yaml's command",
     "tests/deploy/test_deploy_files.py": "`nats-server -t` only: checks, starts nothing",
     "tests/deploy/test_nats_durability.py": "reported_sync_always",
+    "tests/cluster/harness.py": "test_every_node_runs_the_shipped_settings (/varz sync_always)",
 }
 LAUNCH: Final = re.compile(r"nats_server_binary\(\)|parent / \"nats-server\"")
 
