@@ -9,6 +9,9 @@ from pathlib import Path
 
 import nats
 import pytest
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from runbus import ops
 from runbus.client import RunbusClient
@@ -213,3 +216,40 @@ async def test_a_child_taken_after_its_parent_was_cancelled_ends_cancelled_witho
     assert isinstance(ended, RunFailed)
     assert ended.error.code == "cancelled"
     assert model.calls_of("flights") == asked
+
+
+async def test_one_trace_holds_the_parent_its_tool_span_and_the_childs_spans(
+    nats_server: SecuredNats, tmp_path: Path, users: dict[str, RunbusClient]
+) -> None:
+    alice = users["alice"]
+    spans = InMemorySpanExporter()
+    async with start_stack(
+        nats_server.url,
+        data_dir=tmp_path,
+        agents=AGENTS,
+        routes={"agents": AgentsModel()},
+        processor=SimpleSpanProcessor(spans),
+    ):
+        run_id = await alice.start("triage", "Get me to Melbourne", session_id="trip")
+        await final(alice, run_id)
+        child = child_run_id(run_id, "c-ask")
+
+        def invoked() -> list[ReadableSpan]:
+            found = [
+                s
+                for s in spans.get_finished_spans()
+                if s.name.startswith("invoke_agent ")
+                and s.attributes is not None
+                and s.attributes.get("runbus.run_id") in (run_id, child)
+            ]
+            return found if len(found) == 2 else []
+
+        agents = await eventually(invoked)
+        [tool] = [s for s in spans.get_finished_spans() if s.name == "execute_tool flights"]
+
+    by_run = {s.attributes["runbus.run_id"]: s for s in agents if s.attributes is not None}
+    parent_span, child_span = by_run[run_id], by_run[child]
+    assert child_span.context.trace_id == parent_span.context.trace_id
+    assert tool.context.trace_id == parent_span.context.trace_id
+    assert tool.parent is not None
+    assert tool.parent.span_id == parent_span.context.span_id
