@@ -6,7 +6,8 @@ artifact, `answer`, is the run's answer: streamed text deltas append to it (a ne
 message starts it afresh), and the final text replaces it when the run completes (with the
 run's structured output as a data part, for an output format). Tool calls
 and results are `working` status updates whose message carries the call as a data part; a call
-waiting for a person's approval makes the task `input-required`.
+waiting for a person's approval makes the task `input-required`, and so does a pause of its
+owner's (`run.paused`, with the pending calls) until the run resumes (`working`).
 """
 
 import json
@@ -53,6 +54,7 @@ STATE_BY_STATUS: Final[dict[RunStatus, int]] = {
     "queued": TaskState.TASK_STATE_SUBMITTED,
     "running": TaskState.TASK_STATE_WORKING,
     "waiting_approval": TaskState.TASK_STATE_INPUT_REQUIRED,
+    "paused": TaskState.TASK_STATE_INPUT_REQUIRED,
     "completed": TaskState.TASK_STATE_COMPLETED,
     "failed": TaskState.TASK_STATE_FAILED,
     "cancelled": TaskState.TASK_STATE_CANCELED,
@@ -211,7 +213,23 @@ class TaskUpdates:
             case RunFailed(error=error):
                 message = error_message(self.task_id, self.context_id, error)
                 return [self.status(state_of_failure(error), message)]
-            case RunCompacted() | RunPaused() | RunResumed():
+            case RunPaused(calls=calls):
+                text = (
+                    f"paused by its owner before {len(calls)} tool call(s): edit with"
+                    f" POST /v1/runs/{event.run_id}/edit, go on with"
+                    f" POST /v1/runs/{event.run_id}/resume"
+                )
+                message = agent_message(
+                    self.task_id,
+                    self.context_id,
+                    f"{self.task_id}:paused:{event.step}",
+                    [Part(text=text), _data_part({"paused": event})],
+                    type="run.paused",
+                )
+                return [self.status(TaskState.TASK_STATE_INPUT_REQUIRED, message)]
+            case RunResumed():
+                return [self.status(working)]
+            case RunCompacted():
                 return []  # the run's own housekeeping: A2A has no update for it
             case _:
                 assert_never(event)

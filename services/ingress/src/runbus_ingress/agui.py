@@ -4,7 +4,9 @@ runs the agent; `GET /v1/runs/{run_id}/agui` follows a run already started.
 The AG-UI thread is the runbus session (`thread_id` = `session_id`): the conversation lives in
 runbus's history, so a run's input is the input's last user turn. The todo list of the session
 arrives as `STATE_SNAPSHOT` (`{"todos": [...]}`) at the start, after each todo tool and at the
-end; an approval the run waits for is a `CUSTOM` event named `runbus.approval_requested`.
+end; an approval the run waits for is a `CUSTOM` event named `runbus.approval_requested`, and
+its owner's pause and resume are `CUSTOM` events named `runbus.paused` (with the pending calls)
+and `runbus.resumed` (AG-UI has no pause of its own).
 """
 
 import asyncio
@@ -55,6 +57,8 @@ from .errors import error_response
 log = structlog.get_logger()
 
 APPROVAL_EVENT: Final = "runbus.approval_requested"
+PAUSED_EVENT: Final = "runbus.paused"
+RESUMED_EVENT: Final = "runbus.resumed"
 TODO_TOOL_PREFIX: Final = "todos_"
 
 
@@ -139,7 +143,10 @@ class Translator:
                 )
             case RunFailed(error=error):
                 out.append(ag.RunErrorEvent(message=error.message, code=error.code))
-            case RunCompacted() | RunPaused() | RunResumed():
+            case RunPaused() | RunResumed():
+                name = PAUSED_EVENT if isinstance(event, RunPaused) else RESUMED_EVENT
+                out.append(ag.CustomEvent(name=name, value=msgspec.to_builtins(event)))
+            case RunCompacted():
                 pass  # the run's own housekeeping: AG-UI has no event for it
             case _:
                 assert_never(event)
