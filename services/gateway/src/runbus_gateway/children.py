@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 from typing import Final
 
+import msgspec
 import nats.errors
 import nats.js.errors
 import structlog
@@ -132,7 +133,10 @@ class ChildRuns:
                 data = await self._last_event(events)
             if data is None:
                 continue
-            event = RUN_EVENT_DECODER.decode(data)
+            try:
+                event = RUN_EVENT_DECODER.decode(data)
+            except msgspec.DecodeError:
+                continue  # an event of a newer producer: not the final one this version knows
             if isinstance(event, RunCompleted | RunFailed) and event.run_id == child:
                 return event
 
