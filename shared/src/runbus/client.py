@@ -17,8 +17,9 @@ the client's to subscribe to): a client that starts late or reconnects replays f
 """
 
 import asyncio
+import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import aclosing, asynccontextmanager
 from typing import Any, Final, TypeVar
 
@@ -27,6 +28,7 @@ import nats
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from nats.js.client import JetStreamContext
 from opentelemetry import trace
@@ -90,6 +92,25 @@ DUPLICATE_CHECKS = (0.05, 0.1, 0.2, 0.4, 0.8)
 duplicate (about 1.5 s in all: a record is written as its run starts)."""
 
 
+LIVE_CHECK = 1.0
+"""Seconds between checks, while a run's live events are awaited, that the connection is not
+closed for good."""
+
+
+class _LiveEvents:
+    """Every event of one user's runs from the moment it was made, through one ordered
+    consumer delivering into the connection's inbox, handed to the runs `stream` waits on (by
+    the run id, the subject's last token); the others' are dropped."""
+
+    def __init__(self) -> None:
+        self.waiting: dict[str, list[asyncio.Queue[Msg]]] = {}
+        self.subscription: PushSubscription
+
+    async def on_event(self, msg: Msg) -> None:
+        for queue in self.waiting.get(msg.subject.rpartition(".")[2], ()):
+            queue.put_nowait(msg)
+
+
 def new_run_id() -> str:
     return f"r-{uuid.uuid4().hex[:16]}"
 
@@ -101,6 +122,8 @@ class RunbusClient:
         self.tracer = trace.get_tracer("runbus.client")
         self._identity = identity
         self._js_api = ""
+        self._live: _LiveEvents | None = None
+        self._live_lock = asyncio.Lock()
 
     async def identity(self) -> Identity:
         """Which owner the token stands for (asked of the auth service once)."""
@@ -140,6 +163,28 @@ class RunbusClient:
         `output_format`: the shape this run's answer must have, in place of the agent's;
         `client_tools`: the caller's own tools (`RunRequest.client_tools`)."""
         run_id = run_id or new_run_id()
+        await self._start(
+            agent,
+            message,
+            session_id=session_id,
+            run_id=run_id,
+            output_format=output_format,
+            client_tools=client_tools,
+        )
+        return run_id
+
+    async def _start(
+        self,
+        agent: str,
+        message: str | list[ChatMessage],
+        *,
+        session_id: str,
+        run_id: str,
+        output_format: OutputFormat | None = None,
+        client_tools: Sequence[ToolSpec] = (),
+    ) -> bool:
+        """`start`; True when JetStream already held the request (the caller's own: a
+        re-sent one)."""
         messages = (
             [ChatMessage(role="user", contents=[TextContent(text=message)])]
             if isinstance(message, str)
@@ -172,7 +217,7 @@ class RunbusClient:
                 ) from None
         if ack.duplicate:
             await self._own_duplicate(run_id)
-        return run_id
+        return bool(ack.duplicate)
 
     async def _own_duplicate(self, run_id: str) -> None:
         """A run request JetStream already holds: fine if it is the caller's own (a retried
@@ -253,35 +298,88 @@ class RunbusClient:
     ) -> AsyncGenerator[RunEvent, None]:
         """Start a run and yield its events until `run.completed` or `run.failed`.
 
-        The events come through an ordered consumer of the events stream, made before the
-        request is published and delivering into this connection's own inbox (a client
-        subscribes nowhere else), so nothing is missed, even across a reconnect.
+        The events come through the connection's one ordered consumer of this user's events
+        (`_live_events`), delivering into its own inbox (a client subscribes nowhere else):
+        made before the first request it serves is published, so nothing is missed, even
+        across a reconnect, and no run waits for a consumer of its own. A re-sent request of
+        a run that already ran replays that run's events from the stream.
         """
         run_id = run_id or new_run_id()
-        subscription = await self._subscribe(run_id, 0)
+        live = await self._live_events()
+        arrived: asyncio.Queue[Msg] = asyncio.Queue()
+        waiting = live.waiting.setdefault(run_id, [])
+        waiting.append(arrived)
         try:
-            await self.start(agent, message, session_id=session_id, run_id=run_id)
-        except BaseException:
-            await subscription.unsubscribe()
-            raise
-        async with aclosing(self._events(run_id, subscription, timeout)) as events:
-            async for item in events:
-                yield item.event
+            duplicate = await self._start(agent, message, session_id=session_id, run_id=run_id)
+            if duplicate:
+                replay = await self._subscribe(run_id, 0)
+                async with aclosing(self._events(run_id, replay, timeout)) as events:
+                    async for item in events:
+                        yield item.event
+                return
+            deadline = time.monotonic() + timeout
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise Unavailable(f"no event from run {run_id} for {timeout:.0f}s")
+                try:
+                    async with asyncio.timeout(min(left, LIVE_CHECK)):
+                        msg = await arrived.get()
+                except TimeoutError:
+                    if self.nc.is_closed:  # it gave up reconnecting: say so, as next_msg does
+                        raise nats.errors.ConnectionClosedError from None
+                    continue
+                event = RUN_EVENT_DECODER.decode(msg.data)
+                deadline = time.monotonic() + timeout
+                yield event
+                if isinstance(event, RunCompleted | RunFailed):
+                    return
+        finally:
+            waiting.remove(arrived)
+            if not waiting:
+                live.waiting.pop(run_id, None)
+
+    async def _live_events(self) -> "_LiveEvents":
+        """The connection's consumer of every event of this user's runs from now on (made on
+        first use; it lasts as long as the connection, and follows it across reconnects)."""
+        async with self._live_lock:
+            if self._live is None:
+                live = _LiveEvents()
+                me = await self.identity()
+                config = ConsumerConfig(
+                    name=f"live-{uuid.uuid4().hex}", deliver_policy=DeliverPolicy.NEW
+                )
+                live.subscription = await self._consumer(
+                    subjects.owner_events(me.tenant, me.user_id), config, live.on_event
+                )
+                self._live = live
+            return self._live
 
     async def _subscribe(self, run_id: str, after: int) -> PushSubscription:
-        # A named consumer: its create subject then carries the filter, the form the bus's
-        # permissions pin to this user's own events.
         config = ConsumerConfig(name=f"follow-{uuid.uuid4().hex}")
         if after:
             config.deliver_policy = DeliverPolicy.BY_START_SEQUENCE
             config.opt_start_seq = after + 1
-        subject = await self.events_subject(run_id)
+        return await self._consumer(await self.events_subject(run_id), config)
+
+    async def _consumer(
+        self,
+        subject: str,
+        config: ConsumerConfig,
+        on_event: Callable[[Msg], Awaitable[None]] | None = None,
+    ) -> PushSubscription:
+        """An ordered consumer of `subject` in the events stream. Named: its create subject
+        then carries the filter, the form the bus's permissions pin to this user's events."""
         # A token connection reaches JetStream under the clients' API prefix; a connection
         # inside the services' account (or on an open bus) under JetStream's own.
         for api in (self._js_api,) if self._js_api else JS_APIS:
             try:
                 subscription = await self.nc.jetstream(prefix=api).subscribe(
-                    subject, stream=subjects.EVENTS_STREAM, ordered_consumer=True, config=config
+                    subject,
+                    stream=subjects.EVENTS_STREAM,
+                    ordered_consumer=True,
+                    config=config,
+                    cb=on_event,
                 )
             except (nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableError):
                 continue
