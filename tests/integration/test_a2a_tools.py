@@ -24,7 +24,7 @@ from runbus_gateway.agents import AgentSpec, RemoteAgent
 from runbus_gateway.service import GatewayService
 from runbus_ingress.server import listening
 from tests.a2a_agent_server import TOKEN, Seen, rates_agent
-from tests.helpers import approval_requested, eventually
+from tests.helpers import approval_requested, eventually, take_time
 from tests.multi_agent import FLIGHTS, AgentsModel
 from tests.stack import SecuredNats, Stack, secured_nats, start_stack
 
@@ -95,10 +95,12 @@ async def test_a_remote_a2a_agents_answer_is_the_tool_result(
 async def test_a_remote_agent_asking_for_input_pauses_the_run_until_its_owner_answers(
     nats_server: SecuredNats, tmp_path: Path, rates: tuple[str, Seen], alice: RunbusClient
 ) -> None:
+    """The owner takes longer than the agent's timeout: a person's time does not count."""
     url, seen = rates
-    async with stack(nats_server, tmp_path, fx(url)):
+    async with stack(nats_server, tmp_path, fx(url, timeout=1.0)):
         run_id = await alice.start("fx", "convert 100 AUD", session_id="fx")
         asked = await approval_requested(alice, run_id)
+        await take_time(1.5)  # the person thinks it over
         await alice.call(
             ops.API_APPROVALS_DECIDE,
             ApprovalDecide(run_id=run_id, call_id=asked.call_id, decision="approved", note="USD"),

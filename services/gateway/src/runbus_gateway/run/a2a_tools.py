@@ -135,7 +135,7 @@ class RemoteAgents:
             async with httpx.AsyncClient(headers=_auth(agent), timeout=timeout) as http:
                 remote = RemoteTask(agent, call, http, self)
                 try:
-                    async with asyncio.timeout(timeout):
+                    async with asyncio.timeout(timeout) as remote.budget:
                         answer = await remote.run(text, first_send=first_send)
                 except TimeoutError:
                     await remote.cancel()
@@ -215,6 +215,8 @@ class RemoteTask:
         """Set once the agent has named its task."""
         self.remembered = False
         """Whether the task is recorded for a resumed run."""
+        self.budget: asyncio.Timeout | None = None
+        """The call's timeout (the agent's, or what the run's deadline leaves)."""
 
     async def run(self, text: str, *, first_send: bool) -> str:
         card = await A2ACardResolver(self.http, self.agent.url).get_agent_card()
@@ -237,7 +239,7 @@ class RemoteTask:
         for round_ in range(1, MAX_ROUNDS + 1):
             if state not in ASKING:
                 break
-            answer = await self.toolset.ask_owner(self.call, round_, self.said or "more input")
+            answer = await self._ask_owner(round_)
             if answer is None:
                 await self.cancel()
                 raise RemoteAgentError("it asked for input and the user declined to give it")
@@ -253,6 +255,20 @@ class RemoteTask:
         agent has named its task (which the cancel then needs)."""
         self.reading = asyncio.ensure_future(self._follow(responses))
         return await asyncio.shield(self.reading)
+
+    async def _ask_owner(self, round_: int) -> str | None:
+        """The owner's answer to the agent's question; the time a person takes does not count
+        against the agent's timeout."""
+        budget = self.budget
+        when = budget.when() if budget is not None else None
+        if budget is not None:
+            budget.reschedule(None)
+        started = asyncio.get_running_loop().time()
+        try:
+            return await self.toolset.ask_owner(self.call, round_, self.said or "more input")
+        finally:
+            if budget is not None and when is not None:
+                budget.reschedule(when + asyncio.get_running_loop().time() - started)
 
     async def _again(self) -> AsyncIterator[StreamResponse]:
         """The task's updates from now on, or the task as it stands when it can no longer
