@@ -142,6 +142,11 @@ async def handle(settings: Settings, args: argparse.Namespace) -> int:
                     sys.stdout.write(msgspec.json.encode(info.record).decode() + "\n")
                 else:
                     print(table(RUN_COLUMNS, [_row(info.record)]))
+                    if info.record.parent_run_id:
+                        print(
+                            f"child run of {info.record.parent_run_id} "
+                            f"(depth {info.record.depth}, root {info.record.root_run_id})"
+                        )
                     if args.action == "cancel" and info.record.status == "running":
                         print("cancel requested")
             case "follow":
