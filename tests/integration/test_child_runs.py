@@ -253,3 +253,34 @@ async def test_one_trace_holds_the_parent_its_tool_span_and_the_childs_spans(
     assert tool.context.trace_id == parent_span.context.trace_id
     assert tool.parent is not None
     assert tool.parent.span_id == parent_span.context.span_id
+
+
+async def test_another_user_publishing_a_childs_id_first_does_not_stop_the_child(
+    nats_server: SecuredNats, tmp_path: Path, users: dict[str, RunbusClient]
+) -> None:
+    """The child's id can be worked out; its request's dedupe key names the parent's
+    credential, so bob's request of that id first is bob's own run, and alice's child runs."""
+    alice, bob = users["alice"], users["bob"]
+    model = AgentsModel(hold={("triage", 0)})
+    async with stack(nats_server, tmp_path, model):
+        run_id = await alice.start("triage", "Get me to Melbourne", session_id="trip")
+        await asyncio.wait_for(model.reached.wait(), 10)
+        child = child_run_id(run_id, "c-ask")
+        squat = RunRequest(
+            run_id=child,
+            agent="flights",
+            session_id="squat",
+            input=[ChatMessage(role="user", contents=[TextContent(text="mine")])],
+        )
+        await bob.nc.jetstream().publish(
+            "runbus.runs.flights",
+            encode(squat),
+            headers={"rb-auth": "Bearer dev-bob", "Nats-Msg-Id": child},
+        )
+        model.release.set()
+        ended = await final(alice, run_id)
+        kids = await children(alice, run_id)
+
+    assert isinstance(ended, RunCompleted)
+    assert ended.text == "triage heard: QF1 09:00 for 'SYD to MEL on Friday'"
+    assert [(k.run_id, k.status) for k in kids] == [(child, "completed")]

@@ -21,6 +21,7 @@ from runbus.headers import RunContext
 from runbus.messages import ErrorInfo, RunCompleted, RunFailed, RunRequest, encode
 from runbus.messages.runs import RUN_EVENT_DECODER
 from runbus.telemetry import inject, messaging_attributes
+from runbus.tokens import run_msg_id
 
 WAIT_SLICE: Final = 5.0
 """Seconds of the child's silence after which its stored events are read (and the parent's
@@ -80,8 +81,9 @@ class ChildRuns:
                         await subscription.unsubscribe()
 
     async def _publish(self, ctx: RunContext, request: RunRequest) -> None:
-        """Into the run queue, deduped by the child's id (a second delivery of the parent
-        publishing again within the window is dropped), as the parent's owner."""
+        """Into the run queue as the parent's owner, deduped by the child's id and that
+        owner's credential (a second delivery of the parent publishing again within the
+        window is dropped)."""
         subject = subjects.runs(request.agent)
         data = encode(request)
         with self.bus.tracer.start_as_current_span(
@@ -89,7 +91,10 @@ class ChildRuns:
             kind=SpanKind.PRODUCER,
             attributes=messaging_attributes(subject, "send", message_size=len(data)),
         ):
-            headers = {h.AUTH: ctx.auth, h.MSG_ID: request.run_id}
+            # The dedupe key names the credential: nobody else's publish of this id first
+            # can make the child a dropped duplicate.
+            _, _, token = ctx.auth.partition(" ")
+            headers = {h.AUTH: ctx.auth, h.MSG_ID: run_msg_id(token.strip(), request.run_id)}
             inject(headers)
             await self.bus.stream_publish(subject, data, headers)
         log.info(
