@@ -94,6 +94,9 @@ class RunApprovalRequested(Message, frozen=True, tag="run.approval_requested"):
     """Why it needs approval."""
     expires_at: float
     """Epoch seconds after which it counts as denied."""
+    question: bool = False
+    """The tool asks the run's owner `reason`: approve with a note to answer it (the note is
+    the answer), deny to decline."""
 
 
 class RunPaused(Message, frozen=True, tag="run.paused"):

@@ -34,6 +34,9 @@ class ApprovalRequest(Record, frozen=True):
     """Seconds since the epoch; a call not decided by then is denied as `expired`."""
     digest: str
     """Fingerprint of run, call, tool and arguments; a grant is valid only for this digest."""
+    question: bool = False
+    """The tool asks its owner `reason` (`runbus.interrupts`): approving with a note answers
+    it (the tool is called again and reads the note), denying declines."""
 
 
 class ApprovalGrant(Record, frozen=True):
