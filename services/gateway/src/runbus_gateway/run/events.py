@@ -78,6 +78,7 @@ class RunEvents:
             arguments=request.arguments,
             reason=request.reason,
             expires_at=request.expires_at,
+            question=request.question,
         )
         await self.port.emit(self.ctx, event, event_id=f"approval-{call_id}")
 
