@@ -17,6 +17,7 @@ from opentelemetry.trace import Tracer
 
 from runbus.cancels import RunCancels
 from runbus.headers import RunContext
+from runbus.interrupts import Answer, Interrupt, answering
 from runbus.messages import FunctionResultContent
 from runbus.messages.tools import ApprovalRequest, ToolInvoke, ToolInvoked
 from runbus.owners import Owner
@@ -161,11 +162,53 @@ class Executor:
                 return answer
             approved_by = answer
         if key is None:
-            timeout = self._timeout(tool, ctx)
-            return ToolInvoked(
-                result=await self._run(tool, parsed, ctx, call_id, approved_by, timeout)
-            )
+            return await self._asking(tool, request, parsed, ctx, approved_by)
         return await self._once(tool, key, stale, parsed, ctx, call_id, approved_by)
+
+    async def _asking(
+        self, tool: Tool, request: ToolInvoke, parsed: Parsed, ctx: RunContext, approved_by: str
+    ) -> ToolInvoked:
+        """Run a call that may ask the run's owner a question (`runbus.interrupts`): asked,
+        it is an approval request with the question as its reason; sent again with the
+        owner's grant for that question, the tool finds the note as the answer."""
+        call_id = request.call_id
+        grant = request.approval
+
+        def digest(question: str) -> str:
+            asked = {"question": question, "arguments": dict(parsed.arguments)}
+            return approval_digest(ctx.run_id, call_id, tool.name, asked)
+
+        def answers(question: str) -> Answer:
+            if grant is None or grant.digest != digest(question):
+                return None
+            if grant.decision == "approved":
+                return ("answered", grant.note)
+            return ("declined", grant.decision)
+
+        try:
+            with answering(answers):
+                result = await self._run(
+                    tool, parsed, ctx, call_id, approved_by, self._timeout(tool, ctx)
+                )
+        except Interrupt as asked:
+            log.info("tool_asked", tool=tool.name)
+            expires_at = time.time() + self.approval_ttl
+            return ToolInvoked(
+                result=FunctionResultContent(
+                    call_id=call_id,
+                    error=f"not finished: the tool asks the user {asked.question!r} first",
+                ),
+                outcome="approval_required",
+                approval=ApprovalRequest(
+                    tool=tool.name,
+                    arguments=dict(parsed.arguments),
+                    reason=asked.question,
+                    expires_at=round(expires_at, 3),
+                    digest=digest(asked.question),
+                    question=True,
+                ),
+            )
+        return ToolInvoked(result=result)
 
     async def _decide(self, tool: Tool, parsed: Parsed, call: Call) -> tuple[Verdict, Parsed]:
         """Run the chain: the first refusal wins; approvals are collected on the way."""

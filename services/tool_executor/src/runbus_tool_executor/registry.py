@@ -19,6 +19,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
 from runbus.headers import RunContext
+from runbus.interrupts import Interrupt
 from runbus.messages import FunctionResultContent, ToolSpec
 
 from .errors import InvalidArguments, ToolDefinitionError
@@ -185,6 +186,14 @@ class Tool:
         try:
             async with scope:
                 result = await self._call(kwargs)
+        except Interrupt:
+            if self.side_effect:
+                # Asked again after the answer, it would have acted twice.
+                return FunctionResultContent(
+                    call_id=call_id,
+                    error=f"tool {self.name!r} changes things and so cannot ask a question",
+                )
+            raise
         except Exception as exc:
             return self._failed(call_id, exc, limit if scope.expired() else None)
         return _capped(call_id, self.name, result, self.max_result_bytes)
