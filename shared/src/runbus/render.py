@@ -40,6 +40,12 @@ class EventPrinter:
         match event:
             case RunStarted():
                 pass
+            case RunApprovalRequested(call_id=call_id, tool=tool, reason=reason, question=True):
+                self._line(
+                    f"  ? {tool} asks: {reason}\n"
+                    f"    runbus approve {event.run_id} {call_id} --note '<your answer>'"
+                    "   (or: runbus deny …)"
+                )
             case RunApprovalRequested(call_id=call_id, tool=tool, reason=reason):
                 self._line(
                     f"  ? {tool} needs approval: {reason}\n"

@@ -1,7 +1,8 @@
 """Pause → edit → resume in the web console, in a real browser (Debian's headless Chromium
 driven by Playwright): the person pauses a run, sees its pending call, is refused an edit that
 breaks the tool's schema (the run stays paused), fixes it and resumes; the run answers from the
-edited call. Screenshots of each step are kept in the test's tmp dir (and $RUNBUS_SCREENSHOTS)."""
+edited call; and answers a tool's question. Screenshots of each step are kept in the test's tmp
+dir (and $RUNBUS_SCREENSHOTS)."""
 
 import asyncio
 from pathlib import Path
@@ -10,8 +11,11 @@ import pytest
 from playwright.async_api import Browser, expect
 
 from runbus.messages import ModelRequest
+from runbus_examples.travel import tools as travel
 from tests.integration.ingress.conftest import GATED_AGENTS, ingress
 from tests.integration.ingress.test_console import browser, shot, sign_in
+from tests.integration.test_tool_interrupts import AGENTS as ASKING_AGENTS
+from tests.integration.test_tool_interrupts import asking, seat_then_answer
 from tests.models import GatedModel, call, text
 from tests.stack import SecuredNats, start_stack
 
@@ -76,3 +80,34 @@ async def test_a_person_pauses_a_run_edits_its_pending_call_and_resumes_it(
         "2-refused.png",
         "3-resumed.png",
     ]
+
+
+@pytest.mark.browser
+async def test_a_person_answers_a_tools_question_in_the_console(
+    nats_server: SecuredNats, tmp_path: Path, browser: Browser
+) -> None:
+    screenshots = tmp_path / "screenshots"
+    screenshots.mkdir()
+    async with (
+        start_stack(
+            nats_server.url,
+            data_dir=tmp_path,
+            agents=ASKING_AGENTS,
+            routes={"gated": GatedModel(seat_then_answer)},
+            tool_registries=[travel, asking],
+        ),
+        ingress(nats_server.url) as (base, _),
+    ):
+        page = await browser.new_page(viewport={"width": 1200, "height": 800})
+        await sign_in(page, base, "dev-alice")
+        await page.fill("#start-form input[name=text]", "A seat please")
+        await page.click("#start-form button[type=submit]")
+        await expect(page.locator("#tools .buttons")).to_contain_text(
+            "choose_seat asks: Window or aisle on QF1?"
+        )
+        await page.fill("#tools .answer-input", "window")
+        await shot(page, screenshots, "1-question")
+        await page.get_by_role("button", name="Answer").click()
+        await expect(page.locator("#run-status [data-status]")).to_have_text("completed")
+        await expect(page.locator("#answer")).to_have_text("Done: window seat on QF1")
+        await shot(page, screenshots, "2-answered")

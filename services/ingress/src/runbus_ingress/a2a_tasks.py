@@ -194,9 +194,13 @@ class TaskUpdates:
                 )
                 return [self.status(working, message)]
             case RunApprovalRequested():
+                decide = f"POST /v1/runs/{event.run_id}/approvals/{event.call_id}"
                 text = (
-                    f"{event.tool} needs a person's approval ({event.reason}): decide with"
-                    f" POST /v1/runs/{event.run_id}/approvals/{event.call_id}"
+                    f"{event.tool} asks: {event.reason} (answer with {decide},"
+                    ' {"decision": "approved", "note": "<the answer>"})'
+                    if event.question
+                    else f"{event.tool} needs a person's approval ({event.reason}): decide with"
+                    f" {decide}"
                 )
                 message = agent_message(
                     self.task_id,

@@ -14,7 +14,11 @@ def register(subparsers: Subparsers) -> None:
         parser = subparsers.add_parser(verb, help=f"{verb} a tool call a run is waiting on")
         parser.add_argument("run_id", help="the run waiting (r-…), as `runbus run` prints it")
         parser.add_argument("call_id", help="the tool call waiting, as `runbus run` prints it")
-        parser.add_argument("--note", default="", help="shown to the model with a denial")
+        parser.add_argument(
+            "--note",
+            default="",
+            help="shown to the model with a denial; the answer, when a tool asks a question",
+        )
         parser.set_defaults(handler=handle, decision=decision)
 
 

@@ -184,17 +184,24 @@ async function runPage(runId) {
         const box = calls[event.call_id] || tools.appendChild(el("div", { class: "tool" }, el("b", {}, event.tool)));
         box.classList.add("approval");
         badge.replaceChildren(status("waiting_approval"));
-        const decide = (decision) => async () => {
+        const decide = (decision, reply) => async () => {
           try {
-            const decided = await api(`/v1/runs/${encodeURIComponent(runId)}/approvals/${encodeURIComponent(event.call_id)}`, { method: "POST", body: JSON.stringify({ decision }) });
+            const body = reply ? { decision, note: reply.value } : { decision };
+            const decided = await api(`/v1/runs/${encodeURIComponent(runId)}/approvals/${encodeURIComponent(event.call_id)}`, { method: "POST", body: JSON.stringify(body) });
             settled(box, decided.decision);
             // Unless the run's own events got further while the decision was on its way.
             if (badge.firstChild && badge.firstChild.dataset.status === "waiting_approval") badge.replaceChildren(status("running"));
           } catch (error) { buttons.append(failure(error)); }
         };
-        const buttons = el("div", { class: "buttons" }, el("span", {}, `Needs approval: ${event.reason} `),
-          el("button", { class: "primary", onclick: decide("approved") }, "Approve"),
-          el("button", { class: "deny", onclick: decide("denied") }, "Deny"));
+        // A tool's question: the answer goes back as the approval's note.
+        const reply = el("input", { class: "answer-input", placeholder: "your answer" });
+        const buttons = event.question
+          ? el("div", { class: "buttons" }, el("span", {}, `${event.tool} asks: ${event.reason} `), reply,
+            el("button", { class: "primary", onclick: decide("approved", reply) }, "Answer"),
+            el("button", { class: "deny", onclick: decide("denied") }, "Decline"))
+          : el("div", { class: "buttons" }, el("span", {}, `Needs approval: ${event.reason} `),
+            el("button", { class: "primary", onclick: decide("approved") }, "Approve"),
+            el("button", { class: "deny", onclick: decide("denied") }, "Deny"));
         box.append(buttons); break;
       }
       case "run.tool_result": {
