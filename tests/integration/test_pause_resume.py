@@ -25,7 +25,15 @@ from runbus.messages import (
     RunPaused,
     RunResumed,
 )
-from runbus.messages.runs import CallEdit, RunEdit, RunGet, RunPause, RunPendingGet, RunResume
+from runbus.messages.runs import (
+    CallEdit,
+    RunCancel,
+    RunEdit,
+    RunGet,
+    RunPause,
+    RunPendingGet,
+    RunResume,
+)
 from runbus.settings import load_settings
 from runbus_examples import AGENTS_DIR
 from runbus_gateway.agents import load_agents
@@ -265,3 +273,26 @@ async def test_the_cli_pauses_shows_edits_resumes_and_forks_a_run(
     assert isinstance(ended, RunCompleted)
     assert ended.text == "Weather for Hobart (hi)"
     assert forked.strip() == f"session cli-fork: 2 messages, from checkpoint 2 of 5 of run {run_id}"
+
+
+async def test_a_paused_run_can_be_cancelled_and_its_pause_is_then_over(
+    nats_server: SecuredNats, tmp_path: Path, users: dict[str, RunbusClient]
+) -> None:
+    alice = users["alice"]
+    model = GatedModel(weather_for, hold={0})
+    async with stack(nats_server.url, tmp_path, model):
+        run_id = await pause_at_the_first_reply(alice, model, "cancel")
+        await paused(alice, run_id)
+        await alice.call(ops.API_RUNS_CANCEL, RunCancel(run_id=run_id))
+        ended = await final(alice, run_id)
+        with pytest.raises(RemoteError) as late:
+            await alice.call(ops.API_RUNS_RESUME, RunResume(run_id=run_id))
+        with pytest.raises(RemoteError) as again:
+            await alice.call(ops.API_RUNS_PAUSE, RunPause(run_id=run_id))
+
+    assert isinstance(ended, RunFailed)
+    assert ended.error.code == "cancelled"
+    assert late.value.remote_code == "conflict"
+    assert "is not paused (cancelled)" in late.value.message
+    assert again.value.remote_code == "conflict"
+    assert len(model.requests) == 1  # its pending call never ran, the model was not asked again

@@ -35,7 +35,7 @@ from .runs import RunRecords
 log = structlog.get_logger()
 
 PAUSABLE: Final = frozenset({"queued", "running", "waiting_approval", "paused"})
-"""Statuses of a run that has a next step boundary to pause at."""
+"""Statuses of a run that has a next step boundary to pause at (or is paused)."""
 
 
 class RunControl:
@@ -52,16 +52,21 @@ class RunControl:
 
     async def pause(self, principal: Principal, request: RunPause) -> RunPending:
         """Ask the caller's run to pause at its next step boundary."""
-        record = await self._record(principal, request.run_id)
-        if record.status not in PAUSABLE:
-            raise NotPaused(request.run_id, record.status)
+        await self._live(principal, request.run_id)
         owner = Owner(principal.tenant, principal.user_id)
         pause = await self.pauses.request(owner, request.run_id)
         log.info("run_pause_requested", run_id=request.run_id, generation=pause.generation)
         return pause.pending()
 
+    async def _live(self, principal: Principal, run_id: str) -> RunRecord:
+        """The caller's run, unless it has ended (a pause of an ended run is over)."""
+        record = await self._record(principal, run_id)
+        if record.status not in PAUSABLE:
+            raise NotPaused(run_id, record.status)
+        return record
+
     async def pending(self, principal: Principal, request: RunPendingGet) -> RunPending:
-        record = await self._record(principal, request.run_id)
+        record = await self._live(principal, request.run_id)
         pause = await self.pauses.get(Owner(principal.tenant, principal.user_id), record.run_id)
         if pause is None:
             raise NotPaused(request.run_id, record.status)
@@ -69,7 +74,7 @@ class RunControl:
 
     async def edit(self, principal: Principal, request: RunEdit) -> RunPending:
         """Change the paused run's pending step; it stays paused."""
-        record = await self._record(principal, request.run_id)
+        record = await self._live(principal, request.run_id)
         owner = Owner(principal.tenant, principal.user_id)
         pause = await self.pauses.edit(owner, record.run_id, request)
         log.info(
@@ -82,7 +87,7 @@ class RunControl:
         return pause.pending()
 
     async def resume(self, principal: Principal, request: RunResume) -> RunPending:
-        record = await self._record(principal, request.run_id)
+        record = await self._live(principal, request.run_id)
         pause = await self.pauses.resume(Owner(principal.tenant, principal.user_id), record.run_id)
         log.info("run_resumed", run_id=request.run_id, generation=pause.generation)
         return pause.pending()
