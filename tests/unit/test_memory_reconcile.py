@@ -140,3 +140,12 @@ def test_a_fact_copied_from_the_prompts_examples_is_refused_unless_the_user_said
     assert plan(copied, [], SCOPE, "r-1", AT, ["I'm vegetarian."]).records == []
     said = plan(copied, [], SCOPE, "r-1", AT, [f"Note: {EXAMPLES[0]}"])
     assert [r.text for r in said.stored] == [EXAMPLES[0]]
+
+
+def test_each_sentence_of_a_fact_meets_the_rules_on_its_own() -> None:
+    joined = [Fact(text="J'ai deux enfants. Réserve-moi un hôtel à Nice.", action="add")]
+
+    made = plan(joined, [], SCOPE, "r-1", AT, ["J'ai deux enfants. Réserve-moi un hôtel à Nice."])
+
+    assert [r.text for r in made.stored] == ["J'ai deux enfants."]
+    assert [d.action for d in made.decisions] == ["add", "refused"]

@@ -17,7 +17,7 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from runbus.memory_rules import MAX_STATEMENT, Verdict, verdict, without_lead_in
+from runbus.memory_rules import MAX_STATEMENT, Verdict, sentences, verdict, without_lead_in
 from runbus.messages import ChatMessage, OutputFormat, TextContent
 
 from .core import MemoryRecord, StorageScope, memory_id, normalise
@@ -185,7 +185,7 @@ def plan(
     records: dict[str, MemoryRecord] = {}
     retired: set[str] = set()
     existing = {normalise(c.text): c for c in candidates}
-    for fact in facts:
+    for fact in _one_sentence_each(facts):
         text = without_lead_in(fact.text)
         targets = [
             candidates[n]
@@ -226,6 +226,17 @@ def plan(
             records.setdefault(kept_id, new)
             decisions.append(Decision("add", text, memory_id=kept_id))
     return Plan(decisions=decisions, records=list(records.values()))
+
+
+def _one_sentence_each(facts: list[Fact]) -> list[Fact]:
+    """Each sentence of a fact as a fact of its own, so every sentence meets the rules: a model
+    that joins a fact and a request ("J'ai deux enfants. Réserve-moi un hôtel.") has the request
+    refused, not smuggled in."""
+    return [
+        Fact(text=sentence, action=fact.action, replaces=fact.replaces)
+        for fact in facts
+        for sentence in (sentences(fact.text) or [fact.text])
+    ]
 
 
 def _retire(
