@@ -44,6 +44,8 @@ def samples(tag: str) -> list[RunEvent]:
 AGUI: Final[dict[str, list[str]]] = {
     "run.started": ["RUN_STARTED"],
     "run.approval_requested": ["CUSTOM"],
+    "run.paused": ["CUSTOM"],
+    "run.resumed": ["CUSTOM"],
     "run.compacted": [],
     "run.text_delta": ["TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT"],
     "run.tool_call": ["TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END"],
@@ -56,6 +58,8 @@ AGUI: Final[dict[str, list[str]]] = {
 A2A: Final[dict[str, list[str]]] = {
     "run.started": ["TASK_STATE_WORKING"],
     "run.approval_requested": ["TASK_STATE_INPUT_REQUIRED"],
+    "run.paused": ["TASK_STATE_INPUT_REQUIRED"],
+    "run.resumed": ["TASK_STATE_WORKING"],
     "run.compacted": [],
     "run.text_delta": ["artifact"],
     "run.tool_call": ["TASK_STATE_WORKING"],
@@ -68,6 +72,8 @@ A2A: Final[dict[str, list[str]]] = {
 OPENAI_STREAM: Final[dict[str, tuple[int, bool]]] = {
     "run.started": (0, False),
     "run.approval_requested": (0, False),  # a change of a known call only: none is known here
+    "run.paused": (0, False),
+    "run.resumed": (0, False),
     "run.compacted": (0, False),
     "run.text_delta": (1, False),
     "run.tool_call": (1, False),
@@ -87,6 +93,8 @@ _OPEN: Final = ["response.output_item.added", "response.content_part.added"]
 RESPONSES_STREAM: Final[dict[str, list[str]]] = {
     "run.started": [],
     "run.approval_requested": _CLOSE,  # server-side tools: the message before one is finished
+    "run.paused": [],
+    "run.resumed": [],
     "run.compacted": [],
     "run.text_delta": [*_CLOSE, *_OPEN, "response.output_text.delta"],  # another message's
     "run.tool_call": _CLOSE,
