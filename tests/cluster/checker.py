@@ -2,6 +2,7 @@
 history stream, the sessions bucket, every host's booking ledger) and count what each run
 left, against what the client was told."""
 
+import contextlib
 import json
 from collections import Counter
 from dataclasses import dataclass, field
@@ -168,39 +169,64 @@ async def has_final(nc: NATS, run_id: str) -> bool:
     return bool(finals([data for _, data in await stored(nc, subjects.EVENTS_STREAM, subject)]))
 
 
-async def queue_empty(nc: NATS) -> bool:
-    return (await nc.jetstream().stream_info(subjects.RUNS_STREAM)).state.messages == 0
+CLAIMS_WITHIN = 10.0
+"""Seconds a finished run's session claim may outlive its final event (it is released right
+after it; the claim's own expiry is the run deadline, minutes later)."""
 
 
-async def recover(cluster: Cluster, load: Workload, timeout: float) -> str:
-    """Wait until every acknowledged run is final, the run queue empty and no session of
-    the load claimed; "" or what was still not so after `timeout`."""
+@dataclass
+class Recovery:
+    """What was still not so once recovery stopped being waited for."""
+
+    unfinished: list[str] = field(default_factory=list)
+    """Acknowledged runs with no final event."""
+    queue_left: int = 0
+    """Run requests still in the run queue."""
+    claimed: list[str] = field(default_factory=list)
+    diagnosis: list[str] = field(default_factory=list)
+    """Record and stored events of each stuck run."""
+
+    @property
+    def stuck(self) -> bool:
+        return bool(self.unfinished or self.queue_left)
+
+    def __str__(self) -> str:
+        return "; ".join(
+            [
+                f"not final: {self.unfinished}",
+                f"left in the queue: {self.queue_left}",
+                f"claimed: {self.claimed}",
+                *self.diagnosis,
+            ]
+        )
+
+
+async def recover(cluster: Cluster, load: Workload, timeout: float) -> Recovery:
+    """Wait until every acknowledged run is final and the run queue empty (`timeout`), then
+    until no session of the load is claimed (`CLAIMS_WITHIN`); what was still not so."""
     assert cluster.observer is not None
     nc = cluster.observer
-    wanted = {run.run_id for run in load.by_id.values() if run.acknowledged}
     sessions = {run.session_id for run in load.by_id.values()}
-    left = "nothing read yet"
+    left = Recovery(unfinished=sorted(r.run_id for r in load.by_id.values() if r.acknowledged))
 
-    unfinished = set(wanted)
+    async def finished() -> bool:
+        left.unfinished = [run_id for run_id in left.unfinished if not await has_final(nc, run_id)]
+        info = await nc.jetstream().stream_info(subjects.RUNS_STREAM)
+        left.queue_left = info.state.messages
+        return not left.stuck
 
-    async def settled() -> bool:
-        nonlocal left
-        for run_id in sorted(unfinished):
-            if await has_final(nc, run_id):
-                unfinished.discard(run_id)
-        missing = sorted(unfinished)
-        claimed = await claimed_sessions(nc, sessions)
-        empty = await queue_empty(nc)
-        left = f"not final: {missing}; claimed: {claimed}; queue empty: {empty}"
-        return not missing and not claimed and empty
+    async def released() -> bool:
+        left.claimed = await claimed_sessions(nc, sessions)
+        return not left.claimed
 
-    try:
-        await eventually(settled, timeout, retrying=READ_ERRORS, interval=0.5)
-    except AssertionError:
-        holders = [c.split(" (by ")[-1].rstrip(")") for c in await claimed_sessions(nc, sessions)]
-        stuck = sorted({*unfinished, *holders})
-        return "; ".join([left, *[await describe(cluster, run_id) for run_id in stuck]])
-    return ""
+    with contextlib.suppress(AssertionError):
+        await eventually(finished, timeout, retrying=READ_ERRORS, interval=0.5)
+        await eventually(released, CLAIMS_WITHIN, retrying=READ_ERRORS, interval=0.5)
+    left.claimed = await claimed_sessions(nc, sessions)
+    holders = [claim.split(" (by ")[-1].rstrip(")") for claim in left.claimed]
+    for run_id in sorted({*left.unfinished, *holders}):
+        left.diagnosis.append(await describe(cluster, run_id))
+    return left
 
 
 async def describe(cluster: Cluster, run_id: str) -> str:

@@ -369,22 +369,31 @@ class Cluster:
         )
         self.client = RunbusClient(self.client_nc, token=TOKEN)
 
-    async def stream_leader(self, stream: str) -> str:
-        """The host (`n2`) whose node leads `stream` now."""
+    async def stream_leader(self, stream: str, *, via: str = "", timeout: float = 60.0) -> str:
+        """The host (`n2`) whose node leads `stream` now, as the observer's node sees it, or
+        node `via` (a node cut off from the majority knows of no leader)."""
         assert self.observer is not None
+        nc = self.observer
+        if via:
+            nc = await nats.connect(
+                self.node_url(via), **self.service_login(), error_cb=_quiet, **CLIENT_OPTIONS
+            )
 
         async def leader() -> str:
-            assert self.observer is not None
-            info = await self.observer.jetstream().stream_info(stream)
+            info = await nc.jetstream().stream_info(stream)
             name = info.cluster.leader if info.cluster else None
             return f"n{str(name).rpartition('-')[2]}" if name else ""
 
-        return await eventually(
-            leader,
-            30,
-            retrying=(nats.errors.Error, nats.js.errors.Error, TimeoutError),
-            what=f"a leader of {stream}",
-        )
+        try:
+            return await eventually(
+                leader,
+                timeout,
+                retrying=(nats.errors.Error, nats.js.errors.Error, TimeoutError),
+                what=f"a leader of {stream}" + (f" seen by {via}" if via else ""),
+            )
+        finally:
+            if via:
+                await nc.close()
 
     async def close(self) -> None:
         for procs in (self.services, self.nodes):

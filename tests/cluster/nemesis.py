@@ -48,8 +48,11 @@ async def _hold(load: Workload, hold: Hold, applied: Applied, began: float) -> N
 
 
 async def _new_leader(cluster: Cluster, old: str) -> None:
+    """Until a node other than `old` leads the run queue, as one of those nodes sees it."""
+    via = next(name for name in NODES if name != old)
+
     async def moved() -> bool:
-        return await cluster.stream_leader(subjects.RUNS_STREAM) != old
+        return await cluster.stream_leader(subjects.RUNS_STREAM, via=via) != old
 
     await eventually(moved, 60, interval=0.5, what=f"the run queue led by another node than {old}")
 
