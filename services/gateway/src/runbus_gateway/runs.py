@@ -17,7 +17,13 @@ from runbus import subjects
 from runbus.headers import PROP_PREFIX
 from runbus.jetstream import open_bucket
 from runbus.kv import TypedBucket
-from runbus.messages import RunApprovalRequested, RunCompleted, RunFailed, RunStarted
+from runbus.messages import (
+    RunApprovalRequested,
+    RunCompleted,
+    RunFailed,
+    RunPaused,
+    RunStarted,
+)
 from runbus.messages.runs import RUN_EVENT_DECODER, RUN_RECORD_DECODER, RunRecord, RunStatus
 from runbus.owners import Owner
 from runbus.telemetry import traceparent_trace_id
@@ -95,6 +101,8 @@ class RunRecords:
                 return msgspec.structs.replace(record, status="failed", error=error)
             case RunApprovalRequested():
                 return msgspec.structs.replace(record, status="waiting_approval")
+            case RunPaused():
+                return msgspec.structs.replace(record, status="paused")
             case _:
                 return record
 
