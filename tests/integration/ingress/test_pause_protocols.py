@@ -1,6 +1,7 @@
 """A paused run as the protocols carry it: an A2A task is `input-required` (its status message
-names the pending calls and how to edit and resume) until the run resumes and completes; an
-AG-UI stream has `runbus.paused` and `runbus.resumed` custom events around the edited call."""
+names the pending calls and how to edit and resume) until the run resumes and completes, and a
+message sent to the paused task is a note the model reads as the run goes on; an AG-UI stream
+has `runbus.paused` and `runbus.resumed` custom events around the edited call."""
 
 import asyncio
 import contextlib
@@ -9,8 +10,10 @@ from pathlib import Path
 
 import aiohttp
 import httpx
+import pytest
 from a2a.client import ClientConfig, ClientFactory
 from a2a.types import GetTaskRequest, SubscribeToTaskRequest, TaskState
+from a2a.utils.errors import UnsupportedOperationError
 from ag_ui import core as ag
 from google.protobuf import json_format
 
@@ -19,6 +22,7 @@ from tests.helpers import eventually
 from tests.integration.ingress.conftest import ALICE, GATED_AGENTS, ingress
 from tests.integration.ingress.test_a2a import answer_of, card_of, message, whole
 from tests.integration.ingress.test_agui import read_agui
+from tests.integration.test_pause_resume import weather_for
 from tests.models import GatedModel, call, text
 from tests.stack import SecuredNats, start_stack
 
@@ -121,3 +125,36 @@ async def test_an_agui_stream_shows_the_pause_and_the_resume_around_the_edited_c
     call_args = [e.delta for e in events if isinstance(e, ag.ToolCallArgsEvent)]
     assert call_args == ['{"city": "Cairns"}']
     assert isinstance(events[-1], ag.RunFinishedEvent)
+
+
+async def test_a_message_to_a_paused_a2a_task_is_read_by_the_model_as_the_run_goes_on(
+    nats_server: SecuredNats, tmp_path: Path
+) -> None:
+    model = GatedModel(weather_for, hold={0})
+    async with (
+        start_stack(
+            nats_server.url, data_dir=tmp_path, agents=GATED_AGENTS, routes={"gated": model}
+        ),
+        ingress(nats_server.url) as (base, _),
+        httpx.AsyncClient(headers=ALICE, timeout=30) as http,
+    ):
+        card = await card_of(base, ALICE)
+        client = ClientFactory(ClientConfig(httpx_client=http, streaming=False)).create(card)
+        sending = asyncio.ensure_future(whole(client, message("Weather?")))
+        await pause_when_held(http, base, model)
+        task = await sending
+        answer = message("and is it windy?")
+        answer.message.task_id = task.id
+        answer.message.context_id = task.context_id
+        done = await whole(client, answer)
+        again = message("one more thing")
+        again.message.task_id = task.id
+        with pytest.raises(UnsupportedOperationError):
+            await whole(client, again)
+
+    assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    assert done.id == task.id
+    assert (done.status.state, answer_of(done)) == (
+        TaskState.TASK_STATE_COMPLETED,
+        "Weather for Sydney (and is it windy?)",
+    )

@@ -44,8 +44,8 @@ from google.protobuf import json_format
 
 from runbus import ops
 from runbus.client import RunbusClient, SequencedEvent, new_run_id
-from runbus.messages import is_identifier
-from runbus.messages.runs import RunCancel, RunGet, RunList, RunRecord
+from runbus.messages import RunPaused, RunResumed, is_identifier
+from runbus.messages.runs import RunCancel, RunEdit, RunGet, RunList, RunRecord, RunResume
 
 from .a2a_tasks import (
     INTERRUPTED,
@@ -97,10 +97,7 @@ class RunbusRequestHandler(RequestHandler):
     ) -> tuple[Task, AsyncGenerator[SequencedEvent, None]]:
         message = params.message
         if message.task_id:
-            raise UnsupportedOperationError(
-                "each message starts a new runbus task; continue the conversation with its"
-                " contextId"
-            )
+            return await self._answer(message, call)
         messages = run_input(message)
         context_id = _identifier(message.context_id or f"s-{uuid.uuid4().hex[:16]}", "contextId")
         run_id, trace_id = await call.client.start_traced(
@@ -111,6 +108,28 @@ class RunbusRequestHandler(RequestHandler):
         # Read from the events stream's first event: nothing published before is missed.
         events = call.client.follow(run_id, timeout=call.idle_timeout)
         return task, events
+
+    async def _answer(
+        self, message: Message, call: RunbusCall
+    ) -> tuple[Task, AsyncGenerator[SequencedEvent, None]]:
+        """A message to a task its owner paused (`input-required`): its text is a note the
+        model reads next, and the run goes on from its pause."""
+        record = await self._record(message.task_id, call)
+        if record.status != "paused":
+            raise UnsupportedOperationError(
+                "a message continues a task only while its run is paused; otherwise each"
+                " message starts a new runbus task: continue the conversation with its contextId"
+            )
+        note = "\n".join(m.text for m in run_input(message))
+        edited = await call.client.call(
+            ops.API_RUNS_EDIT, RunEdit(run_id=record.run_id, add=[note])
+        )
+        # The pause is told in the replay by its step and whether it held a model's reply.
+        held = any(m.role == "assistant" for m in edited.messages)
+        await call.client.call(ops.API_RUNS_RESUME, RunResume(run_id=record.run_id))
+        task = new_task(record.run_id, record.session_id, message)
+        events = call.client.follow(record.run_id, timeout=call.idle_timeout)
+        return task, _after_the_pause(events, (edited.step, held))
 
     async def _record(self, run_id: str, call: RunbusCall) -> RunRecord:
         _identifier(run_id, "task id")
@@ -227,6 +246,23 @@ class RunbusRequestHandler(RequestHandler):
         self, params: GetExtendedAgentCardRequest, context: ServerCallContext
     ) -> AgentCard:
         raise ExtendedAgentCardNotConfiguredError
+
+
+async def _after_the_pause(
+    events: AsyncGenerator[SequencedEvent, None], pause: tuple[int, bool]
+) -> AsyncGenerator[SequencedEvent, None]:
+    """The run's events from the resume of `pause` (its step, whether it held a reply) on: the
+    replay of everything before is skipped."""
+    reached = going = False
+    async with aclosing(events):
+        async for item in events:
+            event = item.event
+            if isinstance(event, RunPaused) and (event.step, bool(event.calls)) == pause:
+                reached = True
+            elif isinstance(event, RunResumed) and reached:
+                going = True
+            if going:
+                yield item
 
 
 async def _updates(
