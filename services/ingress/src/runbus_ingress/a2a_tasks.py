@@ -221,7 +221,8 @@ class TaskUpdates:
                 text = (
                     f"paused by its owner before {len(calls)} tool call(s): edit with"
                     f" POST /v1/runs/{event.run_id}/edit, go on with"
-                    f" POST /v1/runs/{event.run_id}/resume"
+                    f" POST /v1/runs/{event.run_id}/resume, or send this task a message: the"
+                    " model reads it and the run goes on"
                 )
                 message = agent_message(
                     self.task_id,
