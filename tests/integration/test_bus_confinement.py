@@ -110,7 +110,7 @@ async def test_a_consumer_another_user_creates_cannot_deliver_onto_alice_s_or_th
         "every inbox": subjects.client_inbox_prefix(token_digest(f"dev-{name}")) + ".*",
         "the inbox root": subjects.client_inbox_prefix(token_digest(f"dev-{name}")),
         "the services' inbox": f"{subjects.SERVICE_INBOX_PREFIX}.x",
-        "a KV bucket": f"$KV.{subjects.RUN_OWNERS_BUCKET}.x",
+        "a KV bucket": f"$KV.{subjects.RUN_STATE_BUCKET}.x",
         "a run request": subjects.runs("travel"),
         "a service API": subjects.api("runs.cancel"),
     }

@@ -18,9 +18,6 @@ DEAD_STREAM: Final = "RUNBUS_DEAD"
 DEAD_ALL: Final = f"{PREFIX}.dead.>"
 RUN_STATE_BUCKET: Final = "RUNBUS_RUN_STATE"
 APPROVALS_BUCKET: Final = "RUNBUS_APPROVALS"
-RUN_OWNERS_BUCKET: Final = "RUNBUS_RUN_OWNERS"
-"""Run id → the owner (tenant, user) who first used it: claimed at admission, so no other
-owner's request can reach that run."""
 BLOBS_BUCKET: Final = "RUNBUS_BLOBS"
 """Object store of large content parts, referenced as `runbus-blob://<sha256>`."""
 

@@ -55,16 +55,6 @@ class DeadLettered(RunbusError):
         )
 
 
-class RunIdTaken(RunbusError):
-    """The run id belongs to another owner's run; the requester's run does not start."""
-
-    code = "conflict"
-
-    def __init__(self, run_id: str) -> None:
-        super().__init__(f"run id {run_id!r} is already in use; start the run with a new id")
-        self.run_id = run_id
-
-
 class DedupeKeyMismatch(BadRequest):
     """`Nats-Msg-Id` is JetStream's dedupe key for the run queue; it must be the run id, or a
     re-publish with another id would run the same run twice."""

@@ -33,7 +33,6 @@ from .errors import (
     RunCancelled,
 )
 from .local_run import LocalRun, Slots
-from .owners import RunOwners
 from .ports import BusPorts
 from .run.handoffs import session_agent
 from .runs import RunRecords, now
@@ -101,7 +100,6 @@ class RunQueue:
 
     agents: dict[str, AgentSpec]
     verifier: TokenVerifier
-    owners: RunOwners
     records: RunRecords
     tenants: TenantSlots | None
     ports: BusPorts

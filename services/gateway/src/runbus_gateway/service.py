@@ -26,7 +26,6 @@ from .api import ClientApi
 from .approvals import Approvals
 from .bookkeeping import RunBook
 from .local_run import LocalRun, Slots
-from .owners import RunOwners
 from .ports import BusPorts
 from .queue import DUPLICATE_WINDOW, RunQueue, run_consumer, run_streams
 from .runs import RunRecords
@@ -124,7 +123,6 @@ class GatewayService(Service):
         queue = RunQueue(
             agents=self.agents,
             verifier=self.verifier,
-            owners=await RunOwners.open(self.nc, replicas=self.replicas),
             records=records,
             tenants=tenants,
             ports=ports,
