@@ -11,7 +11,7 @@ import pytest
 
 from runbus import ops
 from runbus.client import RunbusClient
-from runbus.errors import RemoteError
+from runbus.errors import RemoteError, Unavailable
 from runbus.messages import ModelRequest, RunCompleted, RunFailed
 from runbus.messages.runs import (
     ApprovalDecide,
@@ -163,7 +163,8 @@ async def test_a_run_waiting_for_a_person_says_so_until_the_decision(
 
 
 def _always_down(request: ModelRequest, step: int):  # type: ignore[no-untyped-def]
-    raise ConnectionError("the model provider is down")
+    # `unavailable`: the one failure a run is retried for (a bug, `internal`, is not).
+    raise Unavailable("the model router has no replica for this route")
 
 
 async def test_a_run_queued_for_a_retry_can_be_cancelled_before_its_next_attempt(
