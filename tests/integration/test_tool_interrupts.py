@@ -42,9 +42,25 @@ def pay(amount: int) -> str:
     return "paid"
 
 
+@asking.tool()
+def twice(flight_id: str) -> str:
+    """Asks two questions."""
+    seat = interrupt("Window or aisle?")
+    meal = interrupt("Meal?")
+    return f"{seat}, {meal}"
+
+
+@asking.tool(approval="always")
+def upgrade(flight_id: str) -> str:
+    """Needs approval, then asks."""
+    return f"upgraded to {interrupt('Which cabin?')}"
+
+
 AGENTS = {
     "travel": msgspec.structs.replace(
-        load_agents(AGENTS_DIR)["travel"], model="gated", tools=["choose_seat", "pay"]
+        load_agents(AGENTS_DIR)["travel"],
+        model="gated",
+        tools=["choose_seat", "pay", "twice", "upgrade"],
     )
 }
 
@@ -138,6 +154,39 @@ async def test_a_declined_question_is_an_error_the_model_reads(
         ended = await final(alice, run_id)
 
     assert "the user did not answer 'Window or aisle on QF1?' (denied)" in ended.text
+
+
+@pytest.mark.parametrize("tool", ["twice", "upgrade"])
+async def test_a_call_asks_at_most_once_and_never_after_an_approval(
+    nats_server: SecuredNats, tmp_path: Path, users: dict[str, RunbusClient], tool: str
+) -> None:
+    alice = users["alice"]
+
+    def ask_then_answer(request: ModelRequest, step: int):  # type: ignore[no-untyped-def]
+        results = [r for m in request.messages for r in m.function_results]
+        if not results:
+            return call(tool, "c-ask", flight_id="QF1")
+        return text(f"Done: {results[-1].error or results[-1].result}")
+
+    async with start_stack(
+        nats_server.url,
+        data_dir=tmp_path,
+        agents=AGENTS,
+        routes={"gated": GatedModel(ask_then_answer)},
+        tool_registries=[travel, asking],
+    ):
+        run_id = await alice.start("travel", "Go", session_id="twice")
+        first = await question(alice, run_id)
+        await alice.call(
+            ops.API_APPROVALS_DECIDE,
+            ApprovalDecide(run_id=run_id, call_id="c-ask", decision="approved", note="aisle"),
+        )
+        ended = await final(alice, run_id)
+
+    assert first.question == (tool == "twice")
+    assert ended.text == (
+        f"Done: tool {tool!r} asks at most one question per call, and none after an approval"
+    )
 
 
 async def test_a_tool_that_changes_things_cannot_ask(

@@ -191,6 +191,15 @@ class Executor:
                     tool, parsed, ctx, call_id, approved_by, self._timeout(tool, ctx)
                 )
         except Interrupt as asked:
+            if grant is not None:
+                # A call carries one grant: an answer to a first question, or an approval;
+                # asking after either would loop between them.
+                log.warning("tool_asked_again", tool=tool.name)
+                return _error(
+                    call_id,
+                    f"tool {tool.name!r} asks at most one question per call, and none after an"
+                    " approval",
+                )
             log.info("tool_asked", tool=tool.name)
             expires_at = time.time() + self.approval_ttl
             return ToolInvoked(
