@@ -42,3 +42,27 @@ def test_memories_read_as_a_table_of_date_session_id_and_text_under_a_header() -
         "I always want a window seat.",
     ]
     assert rows([hit], scored=True).splitlines()[1].startswith("0.83   2026-03-01")
+
+
+def test_an_audit_listing_says_which_memory_replaced_a_superseded_one() -> None:
+    when = datetime(2026, 3, 1, 9, 30, tzinfo=UTC)
+    old = MemoryHit(
+        memory_id="m-sydney",
+        text="I live in Sydney.",
+        score=0.0,
+        session_id="s1",
+        created_at=when,
+        status="superseded",
+        superseded_by="m-perth",
+        retired_at=when,
+    )
+    new = MemoryHit(
+        memory_id="m-perth", text="I moved to Perth.", score=0.0, session_id="s2", created_at=when
+    )
+    listing = build_parser().parse_args(["memory", "list", "--retired"])
+
+    lines = rows([new, old], audit=listing.retired).splitlines()
+
+    assert lines[0].split() == ["CREATED", "SESSION", "MEMORY", "STATUS", "TEXT"]
+    assert lines[1].split()[3:] == ["m-perth", "active", "I", "moved", "to", "Perth."]
+    assert "superseded by m-perth  I live in Sydney." in lines[2]

@@ -28,6 +28,11 @@ def register(subparsers: Subparsers) -> None:
     listing = actions.add_parser("list", help="what is remembered about you, newest first")
     listing.add_argument("--session", default=None, help="only what you said in this session")
     listing.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
+    listing.add_argument(
+        "--retired",
+        action="store_true",
+        help="an audit read: also what a later fact superseded or the model policy deleted",
+    )
     search = actions.add_parser("search", help="your memories closest to a text")
     search.add_argument("query", help="what to look for, in your words")
     search.add_argument("--limit", type=int, default=5, help="at most this many (default 5)")
@@ -49,21 +54,28 @@ def forget_request(args: argparse.Namespace) -> MemoryForget:
     return MemoryForget(memory_ids=args.memory_ids, session_id=args.session, everything=args.all)
 
 
-def rows(hits: list[MemoryHit], *, scored: bool = False) -> str:
-    header = ("SCORE",) * scored + ("CREATED", "SESSION", "MEMORY", "TEXT")
+def rows(hits: list[MemoryHit], *, scored: bool = False, audit: bool = False) -> str:
+    header = ("SCORE",) * scored + ("CREATED", "SESSION", "MEMORY") + ("STATUS",) * audit
     return table(
-        header,
+        (*header, "TEXT"),
         (
             [
                 *([f"{hit.score:.2f}"] * scored),
                 f"{hit.created_at:%Y-%m-%d %H:%M}",
                 hit.session_id,
                 hit.memory_id,
+                *([_status(hit)] * audit),
                 hit.text,
             ]
             for hit in hits
         ),
     )
+
+
+def _status(hit: MemoryHit) -> str:
+    if hit.status == "superseded" and hit.superseded_by:
+        return f"superseded by {hit.superseded_by}"
+    return hit.status
 
 
 def _print_json(value: object) -> None:
@@ -76,11 +88,11 @@ async def handle(settings: Settings, args: argparse.Namespace) -> int:
         client = RunbusClient(nc, token=settings.token)
         match args.action:
             case "list":
-                memories = await _list(client, args.session, args.limit)
+                memories = await _list(client, args.session, args.limit, args.retired)
                 if args.json:
                     _print_json(memories)
                 else:
-                    print(rows(memories))
+                    print(rows(memories, audit=args.retired))
             case "search":
                 found = await client.call(
                     ops.MEMORY_FIND, MemorySearch(query=args.query, limit=args.limit)
@@ -109,13 +121,17 @@ async def handle(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-async def _list(client: RunbusClient, session_id: str | None, limit: int) -> list[MemoryHit]:
-    """The newest `limit` memories: pages come in id order, so every page is read first."""
+async def _list(
+    client: RunbusClient, session_id: str | None, limit: int, retired: bool
+) -> list[MemoryHit]:
+    """The newest `limit` memories (retired ones too for an audit read): pages come in id
+    order, so every page is read first."""
     memories: list[MemoryHit] = []
     cursor: str | None = None
     while True:
         page = await client.call(
-            ops.MEMORY_LIST, MemoryList(session_id=session_id, limit=PAGE, cursor=cursor)
+            ops.MEMORY_LIST,
+            MemoryList(session_id=session_id, limit=PAGE, cursor=cursor, include_retired=retired),
         )
         memories.extend(page.memories)
         cursor = page.next_cursor
