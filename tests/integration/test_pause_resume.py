@@ -37,6 +37,7 @@ from runbus.messages.runs import (
 from runbus.settings import load_settings
 from runbus_examples import AGENTS_DIR
 from runbus_gateway.agents import load_agents
+from runbus_gateway.run.pause import RESUME_WITHIN
 from tests.helpers import eventually
 from tests.models import GatedModel, call, text
 from tests.stack import SecuredNats, Stack, secured_nats, start_stack
@@ -296,3 +297,40 @@ async def test_a_paused_run_can_be_cancelled_and_its_pause_is_then_over(
     assert "is not paused (cancelled)" in late.value.message
     assert again.value.remote_code == "conflict"
     assert len(model.requests) == 1  # its pending call never ran, the model was not asked again
+
+
+async def test_a_run_resumed_near_its_deadline_goes_on_in_a_new_delivery_as_edited(
+    nats_server: SecuredNats, tmp_path: Path, users: dict[str, RunbusClient]
+) -> None:
+    """With a run timeout under `RESUME_WITHIN`, every resume finds too little time left: the
+    run is delivered again, with a deadline of its own, and goes on from the pause."""
+    alice = users["alice"]
+    model = GatedModel(weather_for, hold={0})
+    async with start_stack(
+        nats_server.url,
+        data_dir=tmp_path,
+        agents=AGENTS,
+        routes={"gated": model},
+        gateway_options={**GATEWAY, "run_timeout": RESUME_WITHIN / 2},
+    ):
+        run_id = await pause_at_the_first_reply(alice, model, "late")
+        await paused(alice, run_id)
+        await alice.call(
+            ops.API_RUNS_EDIT,
+            RunEdit(
+                run_id=run_id,
+                replace=[CallEdit(call_id="c-weather", arguments={"city": "Perth"})],
+                add=["briefly"],
+            ),
+        )
+        await alice.call(ops.API_RUNS_RESUME, RunResume(run_id=run_id))
+        ended = await final(alice, run_id)
+        record = (await alice.call(ops.API_RUNS_GET, RunGet(run_id=run_id))).record
+        history = await alice.call(ops.HISTORY_LOAD, HistoryLoad(session_id="late"))
+
+    assert isinstance(ended, RunCompleted)
+    assert ended.text == "Weather for Perth (briefly)"
+    assert record.attempts == 2
+    assert len(model.requests) == 2  # the held reply was not asked for again
+    parts = [m.message_id.split(":")[-1] for m in history.messages]
+    assert parts == ["in0", "m0", "t0", "note1.0", "m1"]

@@ -2,14 +2,14 @@
 call, and after a model reply before its calls run — until `runs.resume`, with the edits made
 meanwhile. The wait is an approval's: the run's slot is lent out, its delivery kept."""
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal, Protocol
 
 import jsonschema
 import msgspec
 
-from runbus.errors import BadRequest, Conflict
+from runbus.errors import BadRequest, Conflict, Unavailable
 from runbus.messages import (
     ChatMessage,
     FunctionCallContent,
@@ -26,6 +26,8 @@ from .state import message_id
 
 MAX_ADDED: Final = 16
 """Messages one pause may add."""
+RESUME_WITHIN: Final = 30.0
+"""Seconds of its deadline a resumed run needs left to go on in the same delivery."""
 
 
 Status = Literal["requested", "paused", "resumed"]
@@ -181,20 +183,28 @@ class PausePoint:
         reply: ChatMessage | None,
         tools: Sequence[ToolSpec],
         flush: Callable[[], Awaitable[None]],
+        recorded: Collection[str] = (),
     ) -> Held | None:
         """The run is at a boundary: None to go on as it would, or what it goes on with after
         a pause. Before a model call (`reply` None), a pause that stood when the run was
         redelivered gives back the reply it held, so the model is not asked again. `flush`
-        stores what the run made so far, before it pauses (one read per boundary otherwise)."""
+        stores what the run made so far, before it pauses (one read per boundary otherwise);
+        `recorded`: ids of the messages the run has made so far."""
         run_id = events.run_id
         found = await self.pauses.get(self.owner, run_id)
         if found is None:
             return None
         if found.status == "resumed":
-            # Resumed, but the run stopped before storing the reply it was resumed with.
-            kept = _kept(found.reply) if reply is None else None
-            if kept is not None and kept.message_id == message_id(run_id, f"m{step}"):
-                return Held(kept, found.added)
+            # Resumed, but the run stopped before it stored what it was resumed with.
+            if reply is not None:
+                return None
+            kept = _kept(found.reply)
+            if kept is not None:
+                if kept.message_id == message_id(run_id, f"m{step}"):
+                    return Held(kept, found.added)
+                return None
+            if found.added and not any(m.message_id in recorded for m in found.added):
+                return Held(None, found.added)
             return None
         # A paused run may wait for hours, and one redelivered meanwhile goes on from what
         # is stored.
@@ -213,6 +223,12 @@ class PausePoint:
         calls: list[FunctionCallContent] = held.reply.function_calls if held.reply else []
         event = RunResumed(run_id=run_id, calls=calls)
         await events.port.emit(events.ctx, event, event_id=f"resumed-{record.generation}")
+        left = events.ctx.time_left()
+        if left is not None and left < RESUME_WITHIN:
+            # The pause used up the run's deadline (and its claim on the session, which ends
+            # with it): another delivery, with a deadline of its own, goes on from the pause
+            # (its reply and notes are in the record, `resumed`).
+            raise Unavailable(f"run {run_id!r} was paused past its deadline; it goes on anew")
         return held
 
 

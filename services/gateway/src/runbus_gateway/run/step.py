@@ -145,7 +145,10 @@ async def _pause(run: Run, state: RunState, reply: ChatMessage | None) -> Held |
     """A step boundary: where the owner's pause stops the run (`pause.py`)."""
     if run.pause is None:
         return None
-    return await run.pause.at(run.events, state.step, reply, run.tools, state.checkpoints.flush)
+    recorded = {m.message_id for m in state.response}
+    return await run.pause.at(
+        run.events, state.step, reply, run.tools, state.checkpoints.flush, recorded
+    )
 
 
 def _note(state: RunState, added: list[ChatMessage]) -> None:
