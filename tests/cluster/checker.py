@@ -24,6 +24,8 @@ STEPS = ("in0", "m0", "t0", "m1", "t1", "m2")
 """Message ids (after `<run_id>:`) a completed run leaves in its session's history: the
 input, weather call, its result, booking call, its result, the answer."""
 READ_ERRORS = (nats.errors.Error, nats.js.errors.Error, TimeoutError)
+READ_STALL = 20.0
+"""Seconds a read-back may wait for its next message before it fails as incomplete."""
 
 
 @dataclass
@@ -97,23 +99,27 @@ class Counts:
 
 
 async def stored(nc: NATS, stream: str, subject: str) -> list[tuple[str, bytes]]:
-    """Every message of `stream` on `subject` (wildcards allowed), oldest first."""
+    """Every message of `stream` on `subject` (wildcards allowed), oldest first: as many as the
+    stream counted when asked, so a slow delivery never passes for the end of the stream."""
     js = nc.jetstream()
-    if (await js.stream_info(stream)).state.messages == 0:
+    counted = (await js.stream_info(stream, subjects_filter=subject)).state.subjects or {}
+    expected = sum(counted.values())
+    if expected == 0:
         return []
     subscription = await js.subscribe(
         subject, stream=stream, ordered_consumer=True, deliver_policy=DeliverPolicy.ALL
     )
     out: list[tuple[str, bytes]] = []
     try:
-        while True:
+        while len(out) < expected:
             try:
-                msg = await subscription.next_msg(timeout=3.0)
+                msg = await subscription.next_msg(timeout=READ_STALL)
             except nats.errors.TimeoutError:
-                return out
+                raise AssertionError(
+                    f"read {len(out)} of the {expected} messages of {subject} in {stream}"
+                ) from None
             out.append((msg.subject, msg.data))
-            if msg.metadata.num_pending == 0:
-                return out
+        return out
     finally:
         await subscription.unsubscribe()
 
