@@ -3,11 +3,10 @@ parent in its record, one trace — whose answer is the call's result; its usage
 cancel of the parent reaches it, and the depth limit is a typed error the model reads."""
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
-import nats
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -43,17 +42,6 @@ def stack(
         routes={"agents": model},
         gateway_options={"ack_wait": 1.0, "stop_grace": 0.2},
     )
-
-
-@pytest.fixture
-async def users(nats_server: SecuredNats) -> AsyncIterator[dict[str, RunbusClient]]:
-    clients = {
-        n: RunbusClient(await nats.connect(nats_server.url), token=f"dev-{n}")
-        for n in ("alice", "bob", "carol")
-    }
-    yield clients
-    for client in clients.values():
-        await client.nc.drain()
 
 
 async def final(client: RunbusClient, run_id: str) -> RunCompleted | RunFailed:

@@ -2,12 +2,10 @@
 in the run's events, the run waits for the answer durably (across a restart of every
 service), the answer resumes the same run; only the run's owner can see or answer it."""
 
-from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import msgspec
-import nats
 import pytest
 
 from runbus import ops
@@ -58,17 +56,6 @@ def stack(
         routes={"gated": model},
         gateway_options=GATEWAY,
     )
-
-
-@pytest.fixture
-async def users(nats_server: SecuredNats) -> AsyncIterator[dict[str, RunbusClient]]:
-    clients = {
-        n: RunbusClient(await nats.connect(nats_server.url), token=f"dev-{n}")
-        for n in ("alice", "bob", "carol")
-    }
-    yield clients
-    for client in clients.values():
-        await client.nc.drain()
 
 
 async def client_call(client: RunbusClient, run_id: str) -> RunToolCall:

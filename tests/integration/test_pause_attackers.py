@@ -3,12 +3,10 @@ valid credentials, can neither pause, read, edit, resume nor fork it (each gets 
 and what they tried leaves no mark on it."""
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import msgspec
-import nats
 import pytest
 
 from runbus import ops
@@ -38,18 +36,6 @@ def weather(request: ModelRequest, step: int) -> Any:
     if not results:
         return call("get_weather", "c-weather", city="Sydney")
     return text(f"Weather for {results[-1].result['city']}")
-
-
-@pytest.fixture
-async def users(nats_server: SecuredNats) -> AsyncIterator[dict[str, RunbusClient]]:
-    # bob shares alice's tenant; carol is of another.
-    clients = {
-        n: RunbusClient(await nats.connect(nats_server.url), token=f"dev-{n}")
-        for n in ("alice", "bob", "carol")
-    }
-    yield clients
-    for client in clients.values():
-        await client.nc.drain()
 
 
 async def refused(client: RunbusClient, run_id: str) -> list[str]:

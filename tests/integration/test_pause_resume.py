@@ -5,7 +5,6 @@ service and of NATS."""
 
 import asyncio
 import re
-from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
@@ -62,17 +61,6 @@ def stack(url: str, data_dir: Path, model: GatedModel) -> AbstractAsyncContextMa
     return start_stack(
         url, data_dir=data_dir, agents=AGENTS, routes={"gated": model}, gateway_options=GATEWAY
     )
-
-
-@pytest.fixture
-async def users(nats_server: SecuredNats) -> AsyncIterator[dict[str, RunbusClient]]:
-    clients = {
-        n: RunbusClient(await nats.connect(nats_server.url), token=f"dev-{n}")
-        for n in ("alice", "bob", "carol")
-    }
-    yield clients
-    for client in clients.values():
-        await client.nc.drain()
 
 
 async def paused(client: RunbusClient, run_id: str) -> RunPaused:

@@ -4,12 +4,10 @@ same run id from them is a run of their own, which neither drops nor touches her
 run, record, events and booking stay hers."""
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import msgspec
-import nats
 import pytest
 from nats.aio.client import Client as NATS
 
@@ -41,18 +39,6 @@ def book(request: ModelRequest, step: int) -> Any:
         return call("create_booking", "c-book", flight_id="QF412-20261208", cabin="business")
     result = [r for m in request.messages for r in m.function_results][-1]
     return text(f"Outcome: {result.error or result.result}")
-
-
-async def _client(url: str, token: str) -> RunbusClient:
-    return RunbusClient(await nats.connect(url), token=token)
-
-
-@pytest.fixture
-async def users(nats_server: SecuredNats) -> AsyncIterator[dict[str, RunbusClient]]:
-    clients = {n: await _client(nats_server.url, f"dev-{n}") for n in ("alice", "bob", "carol")}
-    yield clients
-    for client in clients.values():
-        await client.nc.drain()
 
 
 async def _stored_events(

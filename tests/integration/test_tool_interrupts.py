@@ -3,11 +3,9 @@ waits as for an approval, the question in its events; the owner's answer (approv
 calls the tool again, which reads it; a declined question is an error the model reads; a tool
 that changes things cannot ask; nobody else can answer."""
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import msgspec
-import nats
 import pytest
 
 from runbus import ops
@@ -70,17 +68,6 @@ def seat_then_answer(request: ModelRequest, step: int):  # type: ignore[no-untyp
     if not results:
         return call("choose_seat", "c-seat", flight_id="QF1")
     return text(f"Done: {results[-1].error or results[-1].result}")
-
-
-@pytest.fixture
-async def users(nats_server: SecuredNats) -> AsyncIterator[dict[str, RunbusClient]]:
-    clients = {
-        n: RunbusClient(await nats.connect(nats_server.url), token=f"dev-{n}")
-        for n in ("alice", "bob")
-    }
-    yield clients
-    for client in clients.values():
-        await client.nc.drain()
 
 
 async def question(client: RunbusClient, run_id: str) -> RunApprovalRequested:
