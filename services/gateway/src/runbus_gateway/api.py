@@ -49,7 +49,10 @@ from runbus.tokens import Principal, TokenVerifier, msg_run_id
 from .agents import AgentSpec
 from .approvals import Approvals
 from .client_calls import ClientCalls
+from .errors import RunCancelled
+from .event_stream import EventStream
 from .pauses import Pauses
+from .run.events import RunEvents
 from .run_control import RunControl
 from .runs import RunRecords, now
 
@@ -81,6 +84,7 @@ class ClientApi:
         self.approvals = approvals
         self.client_calls = ClientCalls(approvals.bucket.kv)
         self.control = RunControl(bus, records, Pauses(approvals.bucket.kv))
+        self.events = EventStream(bus)
 
     def endpoints(self) -> list[Endpoint]:
         return [
@@ -211,6 +215,8 @@ class ClientApi:
         and the cancel subject carries the owner."""
         principal = self._principal(ctx)
         record = await self.records.get(principal.tenant, principal.user_id, request.run_id)
+        if record is None and (queued := await self._queued(principal, request.run_id)):
+            return RunInfo(record=await self._cancel_queued(queued))
         if record is None:
             raise NotFound(f"no run {request.run_id!r}")
         if record.status == "queued" and record.error is not None:
@@ -221,6 +227,25 @@ class ClientApi:
             cancel = subjects.run_cancel(principal.tenant, principal.user_id, request.run_id)
             await self.nc.publish(cancel, b"")
         return RunInfo(record=record)
+
+    async def _cancel_queued(self, queued: RunRecord) -> RunRecord:
+        """A run still in the queue, never delivered: no replica holds it to tell. Its record
+        says cancelled (every delivery reads it first, queue.py) and its followers read its
+        end now, not when a slot frees; the delivery that finds it ends under the same
+        `run.failed` id, so the stream keeps one."""
+        error = RunCancelled(queued.run_id).to_info()
+        record = msgspec.structs.replace(queued, status="cancelled", updated_at=now(), error=error)
+        await self.records.put(record)
+        owner = {"tenant": record.tenant, "user_id": record.user_id}
+        ended = h.RunContext(run_id=record.run_id, session_id=record.session_id, props=owner)
+        await RunEvents(self.events, ended).failed(error)
+        await self.events.settle(ended)
+        # A replica that took the request after the queue was read is told as a running run is.
+        await self.nc.publish(
+            subjects.run_cancel(record.tenant, record.user_id, record.run_id), b""
+        )
+        log.info("queued_run_cancelled", run_id=record.run_id)
+        return record
 
     async def on_approval_decide(
         self, ctx: h.RunContext, request: ApprovalDecide
