@@ -179,14 +179,17 @@ class RunQueue:
         return await session_agent(self.ports, ctx, agent, self.agents)
 
     async def _may_run(self, delivery: Delivery, run: LocalRun) -> None:
-        """Not when its owner cancelled it while it waited in the stream for its retry, nor
-        when every attempt was cut off, nor (a child run) when its parent ended meanwhile: a
-        cancel of the parent that came before the child was taken reached no replica."""
+        """Not when its owner cancelled it while it waited in the stream, for its first
+        delivery (api.py) or its retry, nor when every attempt was cut off, nor (a child run)
+        when its parent ended meanwhile: a cancel of the parent that came before the child was
+        taken reached no replica. A first delivery reads the stored record only (one read): a
+        run never delivered has no events to project."""
         owner = run.owner
-        if delivery.attempt > 1:
-            earlier = await self.records.get(owner.tenant, owner.user_id, run.run_id)
-            if earlier is not None and earlier.status == "cancelled":
-                raise RunCancelled(run.run_id)
+        earlier = await (self.records.get if delivery.attempt > 1 else self.records.stored)(
+            owner.tenant, owner.user_id, run.run_id
+        )
+        if earlier is not None and earlier.status == "cancelled":
+            raise RunCancelled(run.run_id)
         if parent_id := run.request.parent_run_id:
             parent = await self.records.get(owner.tenant, owner.user_id, parent_id)
             if parent is not None and parent.status in ("cancelled", "failed"):

@@ -62,8 +62,12 @@ class RunRecords:
         return cls(kv, nc.jetstream())
 
     async def get(self, tenant: str, user_id: str, run_id: str) -> RunRecord | None:
-        record = await self.bucket.value(Owner(tenant, user_id).key(run_id))
+        record = await self.stored(tenant, user_id, run_id)
         return record if record is not None else await self.projected(tenant, user_id, run_id)
+
+    async def stored(self, tenant: str, user_id: str, run_id: str) -> RunRecord | None:
+        """The run's stored record only (one read), without the projection of its events."""
+        return await self.bucket.value(Owner(tenant, user_id).key(run_id))
 
     async def projected(self, tenant: str, user_id: str, run_id: str) -> RunRecord | None:
         """The run as its events tell it: started by its first event, where it stands by its
