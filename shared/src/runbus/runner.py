@@ -8,7 +8,7 @@ import signal
 import sys
 from collections.abc import Awaitable
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import Final, Protocol, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import nats
@@ -85,6 +85,12 @@ def process_credentials(settings: Settings, user: str) -> busauth.Credentials | 
     return busauth.stack_credentials(settings.data_path, user)
 
 
+PING_INTERVAL: Final = 5
+"""Seconds between the pings a connection sends the server it is on."""
+MAX_OUTSTANDING_PINGS: Final = 3
+"""Unanswered pings after which the connection counts as dead and reconnects elsewhere."""
+
+
 async def connect(
     url: str,
     name: str,
@@ -131,6 +137,11 @@ async def connect(
         max_reconnect_attempts=-1 if patience is None else max(1, int(patience / 0.5)),
         reconnect_time_wait=0.5,
         connect_timeout=5,
+        # A node cut off or paused keeps the TCP connection open: only missed pings tell. At
+        # nats-py's default (two missed pings 120 s apart) a service sat for minutes on a dead
+        # node while the rest of the cluster went on; this notices within about 20 s.
+        ping_interval=PING_INTERVAL,
+        max_outstanding_pings=MAX_OUTSTANDING_PINGS,
         error_cb=on_error,
         disconnected_cb=on_disconnected,
         reconnected_cb=on_reconnected,
