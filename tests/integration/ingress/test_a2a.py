@@ -30,7 +30,7 @@ from a2a.types import (
 from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError
 from google.protobuf import json_format
 
-from runbus import ops
+from runbus import ops, session_ids
 from runbus.client import RunbusClient
 from runbus.messages import (
     HistoryLoad,
@@ -97,8 +97,11 @@ async def completed(client: RunbusClient, run_id: str) -> RunCompleted:
     return final
 
 
-async def user_texts(client: RunbusClient, session_id: str) -> list[str]:
-    """What the user said in the session, as its owner's history holds it."""
+async def user_texts(client: RunbusClient, context_id: str) -> list[str]:
+    """What the user said in the session of their A2A context, as its owner's history holds
+    it (the context is scoped to its caller: `runbus.session_ids`)."""
+    me = await client.identity()
+    session_id = session_ids.scoped(me.tenant, me.user_id, context_id)
     loaded = await client.call(ops.HISTORY_LOAD, HistoryLoad(session_id=session_id))
     return [
         c.text
@@ -208,16 +211,15 @@ async def test_another_user_cannot_read_a_task_nor_reach_a_run_through_its_conte
     task = await whole(alice_client, message("Weather in Sydney?", context_id="a2a-private"))
     with pytest.raises(TaskNotFoundError):
         await bob_client.get_task(GetTaskRequest(id=task.id))
+    # The same contextId is his own context: it neither reaches hers nor is refused.
     intruder = await whole(bob_client, message("What did I ask?", context_id="a2a-private"))
+    again = await whole(alice_client, message("And in Tokyo?", context_id="a2a-private"))
     said = await user_texts(alice, "a2a-private")
 
-    assert intruder.status.state == TaskState.TASK_STATE_FAILED
-    # Her session answers him exactly as one that does not exist.
-    assert json_format.MessageToDict(intruder.status.message.metadata)["runbus"]["code"] == (
-        "not_found"
-    )
-    assert intruder.artifacts == []
-    assert said == ["Weather in Sydney?"]
+    assert intruder.status.state == TaskState.TASK_STATE_COMPLETED
+    assert intruder.context_id == "a2a-private"
+    assert again.status.state == TaskState.TASK_STATE_COMPLETED
+    assert said == ["Weather in Sydney?", "And in Tokyo?"]
 
 
 async def rpc(

@@ -42,7 +42,7 @@ from a2a.utils.errors import (
 )
 from google.protobuf import json_format
 
-from runbus import ops
+from runbus import ops, session_ids
 from runbus.client import RunbusClient, SequencedEvent, new_run_id
 from runbus.messages import RunPaused, RunResumed, is_identifier
 from runbus.messages.runs import RunCancel, RunEdit, RunGet, RunList, RunRecord, RunResume
@@ -77,6 +77,14 @@ def _call(context: ServerCallContext) -> RunbusCall:
     return call
 
 
+async def _scoped(context_id: str, call: RunbusCall) -> str:
+    """The caller's own session of a `contextId` (docs/security.md): any client may name any
+    context, so it never reaches another user's session. Tasks show the context as the caller
+    named it (`session_ids.unscoped`), and it names the same session again."""
+    me = await call.client.identity()
+    return session_ids.scoped(me.tenant, me.user_id, context_id)
+
+
 def _identifier(value: str, name: str) -> str:
     if not is_identifier(value):
         raise InvalidParamsError(f"bad {name} {value!r}: letters, digits, `_` and `-`, at most 128")
@@ -99,11 +107,12 @@ class RunbusRequestHandler(RequestHandler):
         if message.task_id:
             return await self._answer(message, call)
         messages = run_input(message)
-        context_id = _identifier(message.context_id or f"s-{uuid.uuid4().hex[:16]}", "contextId")
+        # A new context is the caller's too: the id sent back with the next message names it.
+        session_id = await _scoped(message.context_id or f"s-{uuid.uuid4().hex[:16]}", call)
         run_id, trace_id = await call.client.start_traced(
-            call.agent, messages, session_id=context_id, run_id=new_run_id()
+            call.agent, messages, session_id=session_id, run_id=new_run_id()
         )
-        task = new_task(run_id, context_id, message)
+        task = new_task(run_id, session_ids.unscoped(session_id), message)
         task.metadata.update({"runbus": {"agent": call.agent, "trace_id": trace_id}})
         # Read from the events stream's first event: nothing published before is missed.
         events = call.client.follow(run_id, timeout=call.idle_timeout)
@@ -127,7 +136,7 @@ class RunbusRequestHandler(RequestHandler):
         # The pause is told in the replay by its step and whether it held a model's reply.
         held = any(m.role == "assistant" for m in edited.messages)
         await call.client.call(ops.API_RUNS_RESUME, RunResume(run_id=record.run_id))
-        task = new_task(record.run_id, record.session_id, message)
+        task = new_task(record.run_id, session_ids.unscoped(record.session_id), message)
         events = call.client.follow(record.run_id, timeout=call.idle_timeout)
         return task, _after_the_pause(events, (edited.step, held))
 
@@ -194,7 +203,8 @@ class RunbusRequestHandler(RequestHandler):
         yield task_of_record(record)
         events = call.client.follow(record.run_id, timeout=call.idle_timeout)
         async with aclosing(events):
-            async for update in _updates(TaskUpdates(record.run_id, record.session_id), events):
+            context_id = session_ids.unscoped(record.session_id)
+            async for update in _updates(TaskUpdates(record.run_id, context_id), events):
                 yield update
 
     async def on_list_tasks(
@@ -204,7 +214,7 @@ class RunbusRequestHandler(RequestHandler):
         call = _call(context)
         if params.page_token:
             raise UnsupportedOperationError("runbus lists one page of tasks, the newest")
-        session_id = _identifier(params.context_id, "contextId") if params.context_id else None
+        session_id = await _scoped(params.context_id, call) if params.context_id else None
         size = params.page_size if params.HasField("page_size") else 50
         if not 1 <= size <= 100:
             raise InvalidParamsError(f"bad pageSize {size}: from 1 to 100")

@@ -28,6 +28,7 @@ from a2a.types import (
 from a2a.utils.errors import ContentTypeNotSupportedError, InvalidParamsError
 from google.protobuf import json_format
 
+from runbus import session_ids
 from runbus.messages import (
     ChatMessage,
     Content,
@@ -173,7 +174,7 @@ class TaskUpdates:
         working = TaskState.TASK_STATE_WORKING
         match event:
             case RunStarted(session_id=session_id):
-                self.context_id = session_id
+                self.context_id = session_ids.unscoped(session_id)
                 return [self.status(working)]
             case RunTextDelta(message_id=message_id, delta=delta):
                 append = self.streaming == message_id
@@ -276,11 +277,13 @@ def task_of_record(record: RunRecord) -> Task:
     """The task a run record shows: its state, the answer once completed, the error once
     failed or cancelled."""
     state = STATE_BY_STATUS[record.status]
-    task = Task(id=record.run_id, context_id=record.session_id)
+    # The caller's context as they named it: their own session of it is what they hold.
+    context_id = session_ids.unscoped(record.session_id)
+    task = Task(id=record.run_id, context_id=context_id)
     task.status.state = state  # type: ignore[assignment]
     task.status.timestamp.FromDatetime(record.updated_at)
     if record.error is not None and state in TERMINAL:
-        task.status.message.CopyFrom(error_message(record.run_id, record.session_id, record.error))
+        task.status.message.CopyFrom(error_message(record.run_id, context_id, record.error))
     if record.status == "completed":
         task.artifacts.append(answer(record.text or "", record.output))
     about: dict[str, str | int] = {"agent": record.agent, "attempts": record.attempts}
