@@ -9,7 +9,7 @@ import pydantic
 import pytest
 from openai import AsyncOpenAI
 
-from runbus import ops
+from runbus import ops, session_ids
 from runbus.client import RunbusClient
 from runbus.messages import HistoryLoad, RunCompleted
 
@@ -101,9 +101,11 @@ async def test_the_user_field_names_the_session_that_keeps_the_conversation(
         ],
         user="oa-chat",
     )
-    loaded = await alice.call(ops.HISTORY_LOAD, HistoryLoad(session_id="oa-chat"))
+    # The caller's own session of that `user`: nobody else's `user` names it.
+    session_id = session_ids.scoped("acme", "alice", "oa-chat")
+    loaded = await alice.call(ops.HISTORY_LOAD, HistoryLoad(session_id=session_id))
 
-    assert runbus_of(answer)["session_id"] == "oa-chat"
+    assert runbus_of(answer)["session_id"] == session_id
     # runbus kept the conversation: the turn the client replayed is not stored a second time.
     assert [m.text for m in loaded.messages if m.role == "user"] == [first, "And in Darwin?"]
 

@@ -3,9 +3,10 @@ behind OpenAI's API.
 
 `model` names the agent. runbus keeps the conversation server-side in a session: the run's input
 is the request's last user turn, and the session comes from the `Runbus-Session-Id` header, else
-`metadata.session_id`, else `user`. Without any, each request is a new session and the earlier
-turns in `messages` travel as quoted context in the first user message. The agent's own tools
-run server-side; the `runbus` extension field reports them.
+`metadata.session_id`, else `user` (the caller's own session of that name: docs/security.md).
+Without any, each request is a new session and the earlier turns in `messages` travel as quoted
+context in the first user message. The agent's own tools run server-side; the `runbus`
+extension field reports them.
 """
 
 import asyncio
@@ -19,8 +20,8 @@ import msgspec
 import structlog
 from aiohttp import web
 
-from runbus import ops
-from runbus.client import SequencedEvent
+from runbus import ops, session_ids
+from runbus.client import RunbusClient, SequencedEvent
 from runbus.errors import BadRequest, RunbusError, Unavailable, UnknownAgent
 from runbus.messages import (
     ChatMessage,
@@ -62,12 +63,19 @@ SESSION_HEADER: Final = "Runbus-Session-Id"
 DONE: Final = b"data: [DONE]\n\n"
 
 
-def session_of(request: web.Request, body: oa.ChatCompletionRequest) -> str | None:
-    """The session a request names: header, then `metadata.session_id`, then `user`."""
-    named = (
-        request.headers.get(SESSION_HEADER) or (body.metadata or {}).get("session_id") or body.user
-    )
-    return named or None
+async def session_of(
+    request: web.Request, body: oa.ChatCompletionRequest, client: RunbusClient
+) -> str | None:
+    """The session a request names: header, then `metadata.session_id` (ids the client chose,
+    as the bus API takes them), then `user`, scoped to the caller: any client may put any
+    `user`, so it names the caller's own session of that name, never another user's."""
+    named = request.headers.get(SESSION_HEADER) or (body.metadata or {}).get("session_id")
+    if named:
+        return checked_identifier(named, "session id")
+    if body.user:
+        me = await client.identity()
+        return session_ids.scoped(me.tenant, me.user_id, body.user)
+    return None
 
 
 def run_input(messages: list[oa.ChatInMessage], *, resumed: bool) -> list[ChatMessage]:
@@ -261,10 +269,8 @@ async def on_chat_completions(request: web.Request) -> web.StreamResponse:
     ingress = ingress_of(request)
     body = decode_body(await request.read(), oa.CHAT_COMPLETION_REQUEST_DECODER, "chat completion")
     checked_identifier(body.model, "model")
-    named = session_of(request, body)
-    if named is not None:
-        checked_identifier(named, "session id")
     async with ingress.client(request) as client:
+        named = await session_of(request, body, client)
         resumed = await answer(client, answers_of(body.messages))
         if resumed is not None:
             # The client answered calls of its tools: the same run goes on; follow it.
