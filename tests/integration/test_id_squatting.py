@@ -3,15 +3,17 @@
 hand, under every dedupe key they can make; alice's run of that id still runs, as hers, and
 theirs run as theirs. A client retrying its own publish is still deduplicated."""
 
-from typing import Final
+from typing import Any, Final
 
+import aiohttp
 import pytest
 
 import runbus.client
-from runbus import subjects
+from runbus import ops, session_ids, subjects
 from runbus.client import RunFailedError
-from runbus.messages import RunCompleted, RunStarted
+from runbus.messages import HistoryLoad, RunCompleted, RunStarted
 from runbus.tokens import run_msg_id
+from runbus_ingress.server import listening
 from tests.helpers import raw_request
 from tests.stack import SecuredNats, Stack
 
@@ -67,23 +69,77 @@ async def test_a_client_retrying_its_own_publish_runs_it_once(
     assert isinstance(events[-1], RunCompleted)
 
 
-SESSION_SQUATTING: Final = (
-    "sessions are keyed by tenant and session id (history subjects and the sessions bucket), "
-    "with an owner checked on use: the first user of a tenant to name an id holds it; needs "
-    "the owner in the session's keys (or the ingress scoping the ids it derives from OpenAI "
-    "`user` / A2A `contextId` to the caller)"
-)
+async def _chat(base: str, name: str, user: str, text: str) -> dict[str, Any]:
+    """A chat completion of `name`'s through the ingress, the session named by OpenAI `user`."""
+    body = {"model": "travel", "messages": [{"role": "user", "content": text}], "user": user}
+    async with (
+        aiohttp.ClientSession(base, timeout=aiohttp.ClientTimeout(total=30)) as http,
+        http.post(
+            "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer dev-{name}"}
+        ) as response,
+    ):
+        assert response.status == 200, await response.text()
+        answer: dict[str, Any] = await response.json()
+        return answer
 
 
-@pytest.mark.xfail(strict=True, raises=RunFailedError, reason=SESSION_SQUATTING)
-async def test_a_session_id_bob_used_first_is_still_alice_s_to_use(
+async def _said(client: runbus.client.RunbusClient, session_id: str) -> list[str]:
+    loaded = await client.call(ops.HISTORY_LOAD, HistoryLoad(session_id=session_id))
+    return [m.text for m in loaded.messages if m.role == "user"]
+
+
+@pytest.mark.parametrize("name", sorted(INTRUDERS))
+async def test_an_openai_user_another_user_names_first_is_still_alice_s_session(
+    name: str, stack: Stack, nats_server: SecuredNats
+) -> None:
+    async with listening(nats_server.client_url, "127.0.0.1", 0) as base:
+        theirs = await _chat(base, name, "traveller", "Weather in Hobart?")
+        first = await _chat(base, "alice", "traveller", "Weather in Sydney?")
+        again = await _chat(base, "alice", "traveller", "And in Perth?")
+    mine = session_ids.scoped("acme", "alice", "traveller")
+    async with runbus.client.connect(nats_server.client_url, token="dev-alice") as alice:
+        said = await _said(alice, mine)
+
+    assert first["runbus"]["session_id"] == again["runbus"]["session_id"] == mine
+    assert theirs["runbus"]["session_id"] == session_ids.scoped(*INTRUDERS[name], "traveller")
+    assert theirs["runbus"]["session_id"] != mine
+    # Her own repeated `user` goes on in one session, and only her words are in it.
+    assert said == ["Weather in Sydney?", "And in Perth?"]
+
+
+@pytest.mark.parametrize("name", sorted(INTRUDERS))
+async def test_a_session_id_scoped_to_alice_is_refused_to_anyone_else_who_names_it(
+    name: str, stack: Stack, nats_server: SecuredNats
+) -> None:
+    mine = session_ids.scoped("acme", "alice", "traveller")
+    async with runbus.client.connect(nats_server.client_url, token=f"dev-{name}") as intruder:
+        with pytest.raises(RunFailedError) as refused:
+            await intruder.run("travel", "Weather in Hobart?", session_id=mine)
+    async with runbus.client.connect(nats_server.client_url, token="dev-alice") as alice:
+        done = await alice.run("travel", "Weather in Sydney?", session_id=mine)
+        said = await _said(alice, mine)
+
+    assert refused.value.known_code == "not_found"
+    assert isinstance(done, RunCompleted)
+    assert said == ["Weather in Sydney?"]
+
+
+async def test_an_explicit_session_id_is_held_by_the_first_user_of_its_tenant_to_name_it(
     stack: Stack, nats_server: SecuredNats
 ) -> None:
+    """What holds for ids a client chooses itself (docs/security.md): first come within the
+    tenant; another tenant's same id is another session."""
     async with (
-        runbus.client.connect(nats_server.client_url, token="dev-bob") as bob,
         runbus.client.connect(nats_server.client_url, token="dev-alice") as alice,
+        runbus.client.connect(nats_server.client_url, token="dev-bob") as bob,
+        runbus.client.connect(nats_server.client_url, token="dev-carol") as carol,
     ):
-        await bob.run("travel", "Weather in Hobart?", session_id="s-common")
-        done = await alice.run("travel", "Weather in Sydney?", session_id="s-common")
+        await alice.run("travel", "Weather in Sydney?", session_id="s-common")
+        with pytest.raises(RunFailedError) as refused:
+            await bob.run("travel", "Weather in Hobart?", session_id="s-common")
+        other_tenant = await carol.run("travel", "Weather in Darwin?", session_id="s-common")
+        said = await _said(alice, "s-common")
 
-    assert "Sydney" in done.text
+    assert refused.value.known_code == "not_found"
+    assert isinstance(other_tenant, RunCompleted)
+    assert said == ["Weather in Sydney?"]

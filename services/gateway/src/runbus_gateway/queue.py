@@ -15,11 +15,11 @@ from opentelemetry import trace
 from opentelemetry.trace import Tracer
 
 from runbus import headers as h
-from runbus import subjects
+from runbus import session_ids, subjects
 from runbus.cancels import RunCancels
 from runbus.consumer import ConsumerSpec, Delivery
 from runbus.decoding import decode_untrusted
-from runbus.errors import UnknownAgent
+from runbus.errors import NotFound, UnknownAgent
 from runbus.messages import RunRequest
 from runbus.messages.runs import RUN_REQUEST_DECODER, RunRecord
 from runbus.tokens import Principal, TokenVerifier, is_run_msg_id, msg_run_id
@@ -144,6 +144,10 @@ class RunQueue:
         same id of another owner is another run (records, events and cancels are keyed by
         owner), so nobody can deny anyone a run id."""
         trace.get_current_span().set_attribute("runbus.run_id", request.run_id)
+        if session_ids.foreign(request.session_id, principal.tenant, principal.user_id):
+            # Scoped to another user (runbus.session_ids): answered as the history service
+            # answers another owner's session, so no explicit id reaches one either.
+            raise NotFound(f"no session {request.session_id!r}")
         agent = self.agents.get(request.agent)
         if agent is None:
             raise UnknownAgent(f"no agent named {request.agent!r}")
