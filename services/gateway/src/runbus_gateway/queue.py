@@ -200,6 +200,10 @@ class RunQueue:
                 raise RunCancelled(run.run_id)
         if delivery.attempt > MAX_ATTEMPTS:
             raise DeadLettered(delivery.attempt - 1, "the gateway stopped during every attempt")
+        if self.runs.cancelled(owner, run.run_id):
+            # Its cancel came after the reads above, before the run is held (nothing awaits
+            # from here to `holding`): caught when `runs` remembers cancels.
+            raise RunCancelled(run.run_id)
 
     async def _execute(self, run: LocalRun) -> None:
         # A first delivery that never queued writes no `running` record (each stored write is
