@@ -36,6 +36,8 @@ STOP_GRACE: Final = 10.0
 """Seconds a stopping gateway lets its runs finish before it cuts them off."""
 PARKED_PER_SLOT: Final = 4
 """Runs a replica holds queued for their tenant, per run slot, before it stops pulling."""
+CANCELS_REMEMBERED: Final = 1024
+"""Recent cancels a replica keeps, for runs it has not taken yet."""
 
 
 class GatewayService(Service):
@@ -75,7 +77,9 @@ class GatewayService(Service):
             running=asyncio.Semaphore(run_concurrency),
             parked=asyncio.Semaphore(run_concurrency * PARKED_PER_SLOT),
         )
-        self.runs: RunCancels[LocalRun] = RunCancels()
+        # Remembered cancels catch one that lands while a delivery is being admitted, between
+        # its record read and the moment the run is held (queue.py `_may_run`).
+        self.runs: RunCancels[LocalRun] = RunCancels(remember=CANCELS_REMEMBERED)
         self._api: ClientApi | None = None
         self._consumer: DurableConsumer | None = None
         self._cancel_sub: Subscription | None = None
