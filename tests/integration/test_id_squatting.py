@@ -6,12 +6,15 @@ theirs run as theirs. A client retrying its own publish is still deduplicated.""
 from typing import Any, Final
 
 import aiohttp
+import msgspec
 import pytest
 
 import runbus.client
 from runbus import ops, session_ids, subjects
 from runbus.client import RunFailedError
+from runbus.errors import RemoteError
 from runbus.messages import HistoryLoad, RunCompleted, RunStarted
+from runbus.messages.sessions import SessionExport, SessionImport
 from runbus.tokens import run_msg_id
 from runbus_ingress.server import listening
 from tests.helpers import raw_request
@@ -142,4 +145,30 @@ async def test_an_explicit_session_id_is_held_by_the_first_user_of_its_tenant_to
 
     assert refused.value.known_code == "not_found"
     assert isinstance(other_tenant, RunCompleted)
+    assert said == ["Weather in Sydney?"]
+
+
+@pytest.mark.parametrize("name", sorted(INTRUDERS))
+async def test_a_session_imported_under_an_id_scoped_to_alice_is_refused(
+    name: str, stack: Stack, nats_server: SecuredNats
+) -> None:
+    """The import makes a session as a run does: an id scoped to alice is hers alone."""
+    mine = session_ids.scoped("acme", "alice", "traveller")
+    tenant, user_id = INTRUDERS[name]
+    async with runbus.client.connect(nats_server.client_url, token=f"dev-{name}") as intruder:
+        await intruder.run("travel", "Weather in Hobart?", session_id=f"own-{name}")
+        exported = await intruder.call(
+            ops.api_op(ops.SESSIONS_EXPORT), SessionExport(session_id=f"own-{name}")
+        )
+        record = msgspec.structs.replace(exported.document.record, session_id=mine)
+        document = msgspec.structs.replace(exported.document, record=record)
+        with pytest.raises(RemoteError) as refused:
+            await intruder.call(ops.api_op(ops.SESSIONS_IMPORT), SessionImport(document=document))
+    async with runbus.client.connect(nats_server.client_url, token="dev-alice") as alice:
+        done = await alice.run("travel", "Weather in Sydney?", session_id=mine)
+        said = await _said(alice, mine)
+
+    assert (record.tenant, record.owner) == (tenant, user_id)
+    assert refused.value.known_code == "not_found"
+    assert isinstance(done, RunCompleted)
     assert said == ["Weather in Sydney?"]

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 import msgspec
 
+from runbus import session_ids
 from runbus.messages import ChatMessage, FunctionResultContent
 from runbus.messages.history import REPAIR_SUFFIX, HistoryCompaction, StoredBatch
 from runbus.messages.sessions import ConcurrencyPolicy, SessionRecord, StoredCompaction
@@ -216,6 +217,13 @@ def owned(record: SessionRecord | None, user_id: str, session_id: str) -> Sessio
     if record is None or record.owner != user_id:
         raise SessionNotFound(session_id)
     return record
+
+
+def check_creatable(session_id: str, tenant: str, user_id: str) -> None:
+    """`not_found` for a session id scoped to another user (`runbus.session_ids`): whoever
+    creates a session holds it, and such an id is that user's alone, however it arrives."""
+    if session_ids.foreign(session_id, tenant, user_id):
+        raise SessionNotFound(session_id)
 
 
 def live_run(record: SessionRecord, now: float) -> str | None:

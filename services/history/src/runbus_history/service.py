@@ -440,6 +440,7 @@ class HistoryService(Service):
             raise ForeignDocument()
         if not is_identifier(record.session_id):
             raise SessionNotFound(record.session_id)
+        core.check_creatable(record.session_id, who.tenant, who.user_id)
         incarnation = request.part_of or core.new_incarnation()
         holder = f"import-{incarnation}"
         # While parts follow, the import holds the session as a run would.
@@ -751,6 +752,7 @@ class HistoryService(Service):
         create first, a compare-and-set on "no record": one that exists fails it and is read."""
         record = await self.records.get(who.tenant, session_id) if look_first else None
         if record is None:
+            core.check_creatable(session_id, who.tenant, who.user_id)
             now = datetime.now(UTC)
             record = await self.records.create(
                 change(
