@@ -30,6 +30,15 @@ MAX_ATTEMPTS: Final = 4
 log = structlog.get_logger()
 
 
+class FailedEarlier(Exception):
+    """A delivery of a run an earlier delivery recorded as failed."""
+
+    def __init__(self, record: RunRecord, info: ErrorInfo) -> None:
+        super().__init__(f"run {record.run_id!r} failed earlier ({info.code})")
+        self.record = record
+        self.info = info
+
+
 class RunBook:
     def __init__(
         self, bus: Bus, ports: BusPorts, records: RunRecords, agents: dict[str, AgentSpec]
@@ -54,9 +63,18 @@ class RunBook:
         record: RunRecord | None,
         exc: Exception,
     ) -> None:
-        """Retry a retryable failure with backoff while attempts remain; otherwise record it,
-        dead-letter what kept failing, and tell the run's owner with `run.failed`. `agent` is
+        """Retry a retryable failure with backoff while attempts remain; otherwise tell the
+        run's owner with `run.failed`, dead-letter what kept failing, then record it. `agent` is
         the one the request was published for."""
+        if isinstance(exc, FailedEarlier):
+            # Recorded failed by an earlier delivery whose final event was not stored: only
+            # the rest of the ending is done again, never the run.
+            info = exc.info
+            dead = info.code in DEAD_LETTERED
+            await self._end(
+                delivery, agent, run_id, principal, exc.record, info, dead, info.message
+            )
+            return
         retry = as_runbus_error(exc).to_info().code in RETRYABLE
         retry = retry and delivery.attempt < MAX_ATTEMPTS
         error = handle_failure(
@@ -67,7 +85,7 @@ class RunBook:
             run_id=run_id,
             attempt=delivery.attempt,
         )
-        info = error.to_info()
+        code = error.to_info().code
         if retry:
             if record is not None:
                 shown = self._shown(agent, error)
@@ -75,37 +93,71 @@ class RunBook:
                     await self.records.set_status(record, "queued", error=shown)
             await delivery.retry(backoff(delivery.attempt))
             return
-        if info.code in DEAD_LETTERED or isinstance(error, DeadLettered):
-            await self._dead_letter(delivery, agent, info.code, error.message)
         # The log and the dead letter keep the real message; the user reads the agent's.
         info = self._shown(agent, error)
         if record is not None:
             status: RunStatus = "cancelled" if isinstance(error, RunCancelled) else "failed"
             with contextlib.suppress(Exception):
-                await self.records.set_status(record, status, error=info)
-            with contextlib.suppress(Exception):
-                await self.ports.approvals.withdraw(record.tenant, record.user_id, run_id)
-            with contextlib.suppress(Exception):
-                await self.ports.client_calls.withdraw(Owner(record.tenant, record.user_id), run_id)
-            if not isinstance(error, RunCancelled):
-                # Failed for good: what it stored (its input first) stays for audit and
-                # export, but no later run's prompt loads it (history leaves it out).
-                abandoned = h.RunContext(
-                    run_id=run_id,
-                    session_id=record.session_id,
-                    props={"tenant": record.tenant, "user_id": record.user_id},
+                record = await self.records.set_status(record, status, error=info)
+        dead = code in DEAD_LETTERED or isinstance(error, DeadLettered)
+        await self._end(delivery, agent, run_id, principal, record, info, dead, error.message)
+
+    async def _end(
+        self,
+        delivery: Delivery,
+        agent: str,
+        run_id: str,
+        principal: Principal | None,
+        record: RunRecord | None,
+        info: ErrorInfo,
+        dead: bool,
+        message: str,
+    ) -> None:
+        """The final event stored, then the dead letter: until both are, the request is
+        delivered again with backoff, never acked nor dropped (the consumer has no
+        max_deliver), so a run acknowledged to its owner always ends in a final event. What
+        the run held is let go first: whoever reads the final event finds it free."""
+        if record is not None:
+            await self._let_go(record, cancelled=info.code == "cancelled")
+        try:
+            if is_identifier(run_id):
+                owner = (
+                    {"tenant": principal.tenant, "user_id": principal.user_id} if principal else {}
                 )
-                with contextlib.suppress(Exception):
-                    await self.ports.append_history(abandoned, [], abandon=True)
-        if not is_identifier(run_id):
-            # Not a subject-safe id: there is no events subject a client could be reading.
-            log.info("run_failure_not_published", reason="no usable run id")
-            return
-        owner = {"tenant": principal.tenant, "user_id": principal.user_id} if principal else {}
-        ctx = h.RunContext(run_id=run_id, props=owner)
-        await RunEvents(self.ports, ctx).failed(info)
+                ctx = h.RunContext(run_id=run_id, props=owner)
+                await RunEvents(self.ports, ctx).failed(info)
+                await self.ports.settle(ctx)
+            else:
+                # Not a subject-safe id: there is no events subject a client could be reading.
+                log.info("run_failure_not_published", reason="no usable run id")
+            if dead:
+                await self._dead_letter(delivery, agent, info.code, message)
+        except Exception as exc:
+            log.warning(
+                "run_failure_not_stored", run_id=run_id, attempt=delivery.attempt, error=repr(exc)
+            )
+            await delivery.retry(backoff(delivery.attempt))
+
+    async def _let_go(self, record: RunRecord, *, cancelled: bool) -> None:
+        """Approvals and client calls withdrawn, and the session's claim released: an earlier
+        attempt, cut off, may have taken it."""
+        run_id = record.run_id
         with contextlib.suppress(Exception):
-            await self.ports.settle(ctx)
+            await self.ports.approvals.withdraw(record.tenant, record.user_id, run_id)
+        with contextlib.suppress(Exception):
+            await self.ports.client_calls.withdraw(Owner(record.tenant, record.user_id), run_id)
+        if not record.session_id:
+            return
+        session = h.RunContext(
+            run_id=run_id,
+            session_id=record.session_id,
+            props={"tenant": record.tenant, "user_id": record.user_id},
+        )
+        # Failed for good: what it stored (its input first) stays for audit and export, but no
+        # later run's prompt loads it (history leaves it out). The claim is released only if
+        # this run still holds it.
+        with contextlib.suppress(Exception):
+            await self.ports.append_history(session, [], release=True, abandon=not cancelled)
 
     def _shown(self, agent: str, error: RunbusError) -> ErrorInfo:
         """The error as the run's owner reads it (event, run record): the agent's

@@ -25,7 +25,7 @@ from runbus.messages.runs import RUN_REQUEST_DECODER, RunRecord
 from runbus.tokens import Principal, TokenVerifier, is_run_msg_id, msg_run_id
 
 from .agents import AgentSpec
-from .bookkeeping import MAX_ATTEMPTS, RunBook
+from .bookkeeping import MAX_ATTEMPTS, FailedEarlier, RunBook
 from .errors import (
     AgentMismatch,
     DeadLettered,
@@ -87,7 +87,10 @@ def run_consumer(ack_wait: float) -> ConsumerSpec:
         config=ConsumerConfig(
             ack_policy=AckPolicy.EXPLICIT,
             ack_wait=ack_wait,
-            max_deliver=MAX_ATTEMPTS + 1,
+            # Never dropped by the server: deliveries pulled onto a connection stuck behind a
+            # fault count but are never seen. The gateway fails a run for good by its own
+            # count (`_may_run`), and acks only once its final event is stored.
+            max_deliver=-1,
             max_ack_pending=-1,
         ),
         span_name="process " + subjects.RUNS_TEMPLATE,
@@ -194,6 +197,8 @@ class RunQueue:
         )
         if earlier is not None and earlier.status == "cancelled":
             raise RunCancelled(run.run_id)
+        if earlier is not None and earlier.status == "failed" and earlier.error is not None:
+            raise FailedEarlier(earlier, earlier.error)
         if parent_id := run.request.parent_run_id:
             parent = await self.records.get(owner.tenant, owner.user_id, parent_id)
             if parent is not None and parent.status in ("cancelled", "failed"):

@@ -1,0 +1,127 @@
+"""A run acknowledged to its owner always ends in one stored final event: a failure whose
+`run.failed` could not be stored is delivered again and ended then, not lost; and a run failed
+for good lets go of the session an earlier, cut-off attempt claimed."""
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import msgspec
+import nats
+import pytest
+
+from runbus import ops, subjects
+from runbus.client import RunbusClient
+from runbus.errors import Unavailable
+from runbus.headers import RunContext
+from runbus.messages import ModelRequest, RunCompleted, RunEvent, RunFailed
+from runbus.messages.runs import RunGet
+from runbus.tokens import TokenVerifier
+from runbus_examples import AGENTS_DIR
+from runbus_gateway import queue as run_queue
+from runbus_gateway.agents import load_agents
+from runbus_gateway.queue import RunQueue
+from runbus_gateway.service import GatewayService
+from tests.models import GatedModel, weather_then_answer
+from tests.stack import SecuredNats, Stack, start_stack
+
+AGENTS = {"travel": msgspec.structs.replace(load_agents(AGENTS_DIR)["travel"], model="gated")}
+
+
+@pytest.fixture
+async def alice(nats_server: SecuredNats) -> AsyncIterator[RunbusClient]:
+    nc = await nats.connect(nats_server.url)
+    yield RunbusClient(nc, token="dev-alice")
+    await nc.drain()
+
+
+def _queue(stack: Stack) -> RunQueue:
+    gateway = stack.services["gateway"]
+    assert isinstance(gateway, GatewayService)
+    assert gateway._consumer is not None
+    queue = gateway._consumer.handler.__self__  # type: ignore[attr-defined]
+    assert isinstance(queue, RunQueue)
+    return queue
+
+
+async def _finals(alice: RunbusClient, run_id: str) -> list[RunEvent]:
+    return [
+        i.event
+        async for i in alice.follow(run_id, timeout=30)
+        if isinstance(i.event, RunCompleted | RunFailed)
+    ]
+
+
+async def test_a_failure_whose_final_event_was_not_stored_is_ended_again_not_lost(
+    nats_server: SecuredNats, tmp_path: Path, alice: RunbusClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def explode(request: ModelRequest, step: int) -> object:
+        raise RuntimeError("this request always breaks the model")
+
+    model = GatedModel(explode)  # type: ignore[arg-type]
+    async with start_stack(
+        nats_server.url, data_dir=tmp_path, agents=AGENTS, routes={"gated": model}
+    ) as stack:
+        ports = _queue(stack).ports
+        emit = ports.emit
+        refused: list[RunEvent] = []
+
+        async def emit_failing_once(ctx: RunContext, event: RunEvent, *, event_id: str) -> None:
+            if isinstance(event, RunFailed) and not refused:
+                refused.append(event)  # as when JetStream has no leader
+                raise Unavailable("the events stream has no leader")
+            await emit(ctx, event, event_id=event_id)
+
+        monkeypatch.setattr(ports, "emit", emit_failing_once)
+        run_id = await alice.start("travel", "poison", session_id="lost")
+        finals = await _finals(alice, run_id)
+        record = await alice.call(ops.API_RUNS_GET, RunGet(run_id=run_id))
+        gateway = stack.services["gateway"]
+        assert isinstance(gateway, GatewayService)
+        assert gateway._consumer is not None
+        consumer = await gateway._consumer.consumer_info()
+        dead = await gateway.nc.jetstream().get_last_msg(
+            subjects.DEAD_STREAM, subjects.dead("travel")
+        )
+
+    assert len(refused) == 1
+    assert len(finals) == 1
+    assert isinstance(finals[0], RunFailed)
+    assert finals[0].error.code == "internal"
+    assert record.record.status == "failed"
+    assert len(model.requests) == 1  # ended again, never run again
+    assert consumer.config.max_deliver == -1  # the server never drops a run request
+    assert b'"run_id":"' + run_id.encode() in (dead.data or b"")
+
+
+@pytest.mark.slow
+async def test_a_run_failed_for_good_releases_the_session_a_cut_off_attempt_claimed(
+    nats_server: SecuredNats, tmp_path: Path, alice: RunbusClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One attempt only: the next delivery finds every attempt spent, and fails the run for
+    # good before it opens the session.
+    monkeypatch.setattr(run_queue, "MAX_ATTEMPTS", 1)
+    model = GatedModel(weather_then_answer, hold={0})
+    async with start_stack(
+        nats_server.url,
+        data_dir=tmp_path,
+        agents=AGENTS,
+        routes={"gated": model},
+        gateway_options={"ack_wait": 1.5},
+    ) as stack:
+        run_id = await alice.start("travel", "Weather?", session_id="held")
+        await asyncio.wait_for(model.reached.wait(), 10)  # the session is claimed
+        cut_off = stack.services["gateway"]
+        await stack.start_service(
+            GatewayService, agents=AGENTS, verifier=TokenVerifier.from_file(), ack_wait=1.5
+        )
+        await cut_off.nc.close()  # no ack, no release reaches NATS
+        finals = await _finals(alice, run_id)
+        model.hold.clear()
+        model.release.set()
+        after = await alice.run("travel", "Weather?", session_id="held", timeout=20)
+
+    assert len(finals) == 1
+    assert isinstance(finals[0], RunFailed)
+    assert finals[0].error.code == "dead_lettered"
+    assert after.text.startswith("Done:")
