@@ -40,8 +40,9 @@ class EventStream:
         ack = await self.bus.stream_publish_async(subject, data, headers)
         self._unsettled[run].append(_Published(subject, data, headers, ack))
 
-    async def settle(self, ctx: RunContext) -> None:
-        """Wait until every event of the run is stored in the events stream.
+    async def settle(self, ctx: RunContext) -> dict[str, int]:
+        """Wait until every event of the run is stored in the events stream; the answer maps
+        the `Nats-Msg-Id` of each one the stream already held to its stored sequence.
 
         An ack lost with a NATS node never resolves, so the wait is bounded; what is still
         unconfirmed then is published once more under its own `Nats-Msg-Id` (the stream keeps
@@ -50,23 +51,31 @@ class EventStream:
         """
         published = self._unsettled.pop(Owner.of(ctx).key(ctx.run_id), [])
         if not published:
-            return
+            return {}
         limit = self.bus.request_timeout
         _, lost = await asyncio.wait([p.ack for p in published], timeout=limit)
         for ack in lost:
             ack.cancel()  # never resolves now: nobody is left to wait on it
         unconfirmed = [p for p in published if not _stored(p.ack)]
+        duplicates = {
+            p.headers[MSG_ID]: p.ack.result().seq
+            for p in published
+            if _stored(p.ack) and p.ack.result().duplicate
+        }
         if not unconfirmed:
-            return
+            return duplicates
         try:
             async with asyncio.timeout(limit):
                 for p in unconfirmed:
-                    await self.bus.stream_publish(p.subject, p.data, p.headers)
+                    stored = await self.bus.stream_publish(p.subject, p.data, p.headers)
+                    if stored.duplicate:
+                        duplicates[p.headers[MSG_ID]] = stored.seq
         except (TimeoutError, nats.errors.Error) as exc:
             raise Unavailable(
                 f"the events stream did not confirm {len(unconfirmed)} event(s) of run "
                 f"{ctx.run_id!r} within {2 * limit:.0f}s ({type(exc).__name__})"
             ) from None
+        return duplicates
 
 
 class _Published(NamedTuple):

@@ -1,7 +1,7 @@
 """A run's event protocol, emitted from one place: every event a run publishes, in the order
 a follower reads them, each with the stable id that makes a resumed run's repeat a no-op."""
 
-from typing import Protocol
+from typing import Final, Protocol
 
 from runbus.headers import RunContext
 from runbus.messages import (
@@ -20,6 +20,9 @@ from runbus.messages import (
 from runbus.messages.compaction import CompactionReport
 from runbus.messages.errors import ErrorInfo
 from runbus.messages.tools import ApprovalRequest
+
+FINAL: Final = "final"
+"""The event id of a run's final event (`Nats-Msg-Id` = `<owner's run>:final`)."""
 
 
 class EventPort(Protocol):
@@ -82,9 +85,12 @@ class RunEvents:
         )
         await self.port.emit(self.ctx, event, event_id=f"approval-{call_id}")
 
+    # A run's final event, completed or failed, has one id: of two attempts alive at once (a
+    # partition, a pause) the stream keeps the first to end the run, and tells the other it
+    # was a duplicate.
     async def completed(self, completed: RunCompleted) -> None:
-        await self.port.emit(self.ctx, completed, event_id="completed")
+        await self.port.emit(self.ctx, completed, event_id=FINAL)
 
     async def failed(self, error: ErrorInfo) -> None:
         event = RunFailed(run_id=self.run_id, error=error)
-        await self.port.emit(self.ctx, event, event_id="failed")
+        await self.port.emit(self.ctx, event, event_id=FINAL)
