@@ -13,15 +13,18 @@ import pytest
 from runbus import ops, subjects
 from runbus.client import RunbusClient
 from runbus.errors import Unavailable
-from runbus.headers import RunContext
-from runbus.messages import ModelRequest, RunCompleted, RunEvent, RunFailed
+from runbus.headers import MSG_ID, RunContext
+from runbus.messages import ErrorInfo, ModelRequest, RunCompleted, RunEvent, RunFailed, encode
 from runbus.messages.runs import RunGet
+from runbus.owners import Owner
 from runbus.tokens import TokenVerifier
 from runbus_examples import AGENTS_DIR
 from runbus_gateway import queue as run_queue
 from runbus_gateway.agents import load_agents
 from runbus_gateway.queue import RunQueue
+from runbus_gateway.run.events import FINAL
 from runbus_gateway.service import GatewayService
+from tests.helpers import eventually
 from tests.models import GatedModel, weather_then_answer
 from tests.stack import SecuredNats, Stack, start_stack
 
@@ -125,3 +128,39 @@ async def test_a_run_failed_for_good_releases_the_session_a_cut_off_attempt_clai
     assert isinstance(finals[0], RunFailed)
     assert finals[0].error.code == "dead_lettered"
     assert after.text.startswith("Done:")
+
+
+async def test_an_attempt_whose_run_another_attempt_ended_records_that_end_not_its_own(
+    nats_server: SecuredNats, tmp_path: Path, alice: RunbusClient
+) -> None:
+    model = GatedModel(weather_then_answer, hold={0})
+    async with start_stack(
+        nats_server.url, data_dir=tmp_path, agents=AGENTS, routes={"gated": model}
+    ) as stack:
+        run_id = await alice.start("travel", "Weather?", session_id="twice")
+        await asyncio.wait_for(model.reached.wait(), 10)
+        # Another attempt of the run (across a partition, say) failed it meanwhile.
+        other_end = RunFailed(
+            run_id=run_id, error=ErrorInfo(code="dead_lettered", message="attempted 4 times")
+        )
+        await (
+            stack.services["gateway"]
+            .nc.jetstream()
+            .publish(
+                subjects.events("acme", "alice", run_id),
+                encode(other_end),
+                headers={MSG_ID: f"{Owner('acme', 'alice').key(run_id)}:{FINAL}"},
+            )
+        )
+        model.release.set()
+        records = _queue(stack).records
+        record = await eventually(
+            lambda: records.stored("acme", "alice", run_id), what="the run's record"
+        )
+        finals = await _finals(alice, run_id)
+
+    assert len(model.requests) == 2  # this attempt ran to its end
+    assert finals == [other_end]
+    assert record is not None
+    assert record.status == "failed"
+    assert record.error == other_end.error

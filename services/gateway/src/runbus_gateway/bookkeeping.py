@@ -12,8 +12,8 @@ from runbus.bus import Bus
 from runbus.consumer import Delivery, backoff
 from runbus.errors import RunbusError
 from runbus.failures import as_runbus_error, handle_failure
-from runbus.messages import ErrorInfo, RunCompleted, is_identifier
-from runbus.messages.runs import RunRecord, RunStatus
+from runbus.messages import ErrorInfo, RunCompleted, RunFailed, is_identifier
+from runbus.messages.runs import RUN_EVENT_DECODER, RunRecord, RunStatus
 from runbus.owners import Owner
 from runbus.tokens import Principal
 
@@ -21,7 +21,7 @@ from .agents import AgentSpec
 from .errors import DeadLettered, RunCancelled
 from .harness.user_errors import user_error
 from .ports import BusPorts
-from .run.events import RunEvents
+from .run.events import FINAL, RunEvents
 from .runs import DEAD_LETTERED, RETRYABLE, RunRecords
 
 MAX_ATTEMPTS: Final = 4
@@ -30,13 +30,12 @@ MAX_ATTEMPTS: Final = 4
 log = structlog.get_logger()
 
 
-class FailedEarlier(Exception):
-    """A delivery of a run an earlier delivery recorded as failed."""
+class EndedEarlier(Exception):
+    """A delivery of a run an earlier delivery recorded as completed or failed."""
 
-    def __init__(self, record: RunRecord, info: ErrorInfo) -> None:
-        super().__init__(f"run {record.run_id!r} failed earlier ({info.code})")
+    def __init__(self, record: RunRecord) -> None:
+        super().__init__(f"run {record.run_id!r} ended earlier ({record.status})")
         self.record = record
-        self.info = info
 
 
 class RunBook:
@@ -49,10 +48,34 @@ class RunBook:
         self.agents = agents
 
     async def completed(self, ctx: h.RunContext, record: RunRecord, done: RunCompleted) -> None:
-        """The final event, then the record; both stored before the request is acked."""
+        """The final event, then the record; both stored before the request is acked. When
+        another attempt of the run ended it first, the record tells that end instead."""
         await RunEvents(self.ports, ctx).completed(done)
-        await self.ports.settle(ctx)
+        ended = await self._ended_elsewhere(ctx)
+        if ended is not None:
+            await self._record_end(record, ended)
+            return
         await self.records.set_status(record, "completed", text=done.text, output=done.output)
+
+    async def _ended_elsewhere(self, ctx: h.RunContext) -> RunCompleted | RunFailed | None:
+        """Settle the run's events; the final event another attempt stored first, if any (the
+        stream answered this attempt's as a duplicate)."""
+        duplicates = await self.ports.events.settle(ctx)
+        seq = duplicates.get(f"{Owner.of(ctx).key(ctx.run_id)}:{FINAL}")
+        if seq is None:
+            return None
+        stored = await self.bus.js.get_msg(subjects.EVENTS_STREAM, seq, direct=True)
+        event = RUN_EVENT_DECODER.decode(stored.data or b"")
+        log.warning("run_ended_elsewhere", run_id=ctx.run_id, type=type(event).__name__)
+        return event if isinstance(event, RunCompleted | RunFailed) else None
+
+    async def _record_end(self, record: RunRecord, ended: RunCompleted | RunFailed) -> None:
+        match ended:
+            case RunCompleted(text=text, output=output):
+                await self.records.set_status(record, "completed", text=text, output=output)
+            case RunFailed(error=error):
+                status: RunStatus = "cancelled" if error.code == "cancelled" else "failed"
+                await self.records.set_status(record, status, error=error)
 
     async def failed(
         self,
@@ -66,10 +89,12 @@ class RunBook:
         """Retry a retryable failure with backoff while attempts remain; otherwise tell the
         run's owner with `run.failed`, dead-letter what kept failing, then record it. `agent` is
         the one the request was published for."""
-        if isinstance(exc, FailedEarlier):
-            # Recorded failed by an earlier delivery whose final event was not stored: only
-            # the rest of the ending is done again, never the run.
-            info = exc.info
+        if isinstance(exc, EndedEarlier):
+            info = exc.record.error
+            if exc.record.status == "completed" or info is None:
+                return  # its final event was stored before its record: the consumer acks
+            # Recorded failed by an earlier delivery whose final event may not be stored:
+            # only the rest of the ending is done again, never the run.
             dead = info.code in DEAD_LETTERED
             await self._end(
                 delivery, agent, run_id, principal, exc.record, info, dead, info.message
@@ -126,7 +151,12 @@ class RunBook:
                 )
                 ctx = h.RunContext(run_id=run_id, props=owner)
                 await RunEvents(self.ports, ctx).failed(info)
-                await self.ports.settle(ctx)
+                ended = await self._ended_elsewhere(ctx)
+                if isinstance(ended, RunCompleted):
+                    # Another attempt completed it: that is the run's end, not this failure.
+                    if record is not None:
+                        await self._record_end(record, ended)
+                    return
             else:
                 # Not a subject-safe id: there is no events subject a client could be reading.
                 log.info("run_failure_not_published", reason="no usable run id")

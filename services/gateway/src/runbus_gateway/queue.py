@@ -25,7 +25,7 @@ from runbus.messages.runs import RUN_REQUEST_DECODER, RunRecord
 from runbus.tokens import Principal, TokenVerifier, is_run_msg_id, msg_run_id
 
 from .agents import AgentSpec
-from .bookkeeping import MAX_ATTEMPTS, FailedEarlier, RunBook
+from .bookkeeping import MAX_ATTEMPTS, EndedEarlier, RunBook
 from .errors import (
     AgentMismatch,
     DeadLettered,
@@ -39,6 +39,7 @@ from .runs import RunRecords, now
 from .tenants import TenantSlots
 
 DUPLICATE_WINDOW: Final = 600.0
+ENDED: Final = frozenset({"completed", "failed"})
 EVENTS_MAX_AGE: Final = 24 * 3600.0
 DEAD_MAX_AGE: Final = 7 * 24 * 3600.0
 
@@ -197,8 +198,10 @@ class RunQueue:
         )
         if earlier is not None and earlier.status == "cancelled":
             raise RunCancelled(run.run_id)
-        if earlier is not None and earlier.status == "failed" and earlier.error is not None:
-            raise FailedEarlier(earlier, earlier.error)
+        if delivery.attempt > 1 and earlier is not None and earlier.status in ENDED:
+            # Its final event is stored, or (failed) is stored again by its ending; the run
+            # itself is never run again.
+            raise EndedEarlier(earlier)
         if parent_id := run.request.parent_run_id:
             parent = await self.records.get(owner.tenant, owner.user_id, parent_id)
             if parent is not None and parent.status in ("cancelled", "failed"):
