@@ -9,6 +9,8 @@ from pathlib import Path
 import msgspec
 import nats
 import pytest
+from nats.js.api import PubAck
+from nats.js.errors import NotFoundError
 
 from runbus import ops, subjects
 from runbus.client import RunbusClient
@@ -164,3 +166,41 @@ async def test_an_attempt_whose_run_another_attempt_ended_records_that_end_not_i
     assert record is not None
     assert record.status == "failed"
     assert record.error == other_end.error
+
+
+async def test_a_failure_whose_dead_letter_was_not_stored_is_dead_lettered_again(
+    nats_server: SecuredNats, tmp_path: Path, alice: RunbusClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def explode(request: ModelRequest, step: int) -> object:
+        raise RuntimeError("this request always breaks the model")
+
+    model = GatedModel(explode)  # type: ignore[arg-type]
+    async with start_stack(
+        nats_server.url, data_dir=tmp_path, agents=AGENTS, routes={"gated": model}
+    ) as stack:
+        book = _queue(stack).book
+        publish = book.bus.stream_publish
+        refused: list[str] = []
+
+        async def publish_failing_once(
+            subject: str, data: bytes, headers: dict[str, str]
+        ) -> PubAck:
+            if subject.startswith(subjects.dead("")) and not refused:
+                refused.append(subject)
+                raise Unavailable("the dead letters have no leader")
+            return await publish(subject, data, headers)
+
+        monkeypatch.setattr(book.bus, "stream_publish", publish_failing_once)
+        run_id = await alice.start("travel", "poison", session_id="dead")
+        finals = await _finals(alice, run_id)
+        js = stack.services["gateway"].nc.jetstream()
+        dead = await eventually(
+            lambda: js.get_last_msg(subjects.DEAD_STREAM, subjects.dead("travel")),
+            retrying=(NotFoundError,),
+            what="the dead letter",
+        )
+
+    assert refused
+    assert len(finals) == 1
+    assert len(model.requests) == 1
+    assert b'"run_id":"' + run_id.encode() in (dead.data or b"")

@@ -97,7 +97,15 @@ class RunBook:
             # only the rest of the ending is done again, never the run.
             dead = info.code in DEAD_LETTERED
             await self._end(
-                delivery, agent, run_id, principal, exc.record, info, dead, info.message
+                delivery,
+                agent,
+                run_id,
+                principal,
+                exc.record,
+                info,
+                dead,
+                info.message,
+                redone=True,
             )
             return
         retry = as_runbus_error(exc).to_info().code in RETRYABLE
@@ -137,11 +145,14 @@ class RunBook:
         info: ErrorInfo,
         dead: bool,
         message: str,
+        *,
+        redone: bool = False,
     ) -> None:
         """The final event stored, then the dead letter: until both are, the request is
         delivered again with backoff, never acked nor dropped (the consumer has no
         max_deliver), so a run acknowledged to its owner always ends in a final event. What
-        the run held is let go first: whoever reads the final event finds it free."""
+        the run held is let go first: whoever reads the final event finds it free. `redone`:
+        this run's own final event may be stored already (a duplicate is no news)."""
         if record is not None:
             await self._let_go(record, cancelled=info.code == "cancelled")
         try:
@@ -152,8 +163,9 @@ class RunBook:
                 ctx = h.RunContext(run_id=run_id, props=owner)
                 await RunEvents(self.ports, ctx).failed(info)
                 ended = await self._ended_elsewhere(ctx)
-                if isinstance(ended, RunCompleted):
-                    # Another attempt completed it: that is the run's end, not this failure.
+                if ended is not None and not redone:
+                    # Another attempt ended it (and dead-lettered it if need be): that end is
+                    # the run's, not this failure.
                     if record is not None:
                         await self._record_end(record, ended)
                     return
