@@ -72,6 +72,11 @@ class RunToolCall(Message, frozen=True, tag="run.tool_call"):
     client_calls: int = 0
     """How many calls of this step go to the caller (on each of the step's calls): a follower
     knows it has them all once it has seen that many."""
+    checkpoint: list[ChatMessage] = []
+    """On a step's first call: what the run produced since its last checkpoint (its input
+    before the first step, the previous step's tool message, this step's reply with its calls),
+    as the session's history will store it at the run's end. Stored before any call of the
+    step runs; a resumed run continues from the checkpoints of its events. Empty otherwise."""
 
 
 class RunToolResult(Message, frozen=True, tag="run.tool_result"):
