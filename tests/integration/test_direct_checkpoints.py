@@ -39,6 +39,7 @@ from runbus_gateway import ports as gateway_ports
 from runbus_gateway.agents import load_agents
 from runbus_gateway.approvals import Approvals
 from runbus_gateway.ports import BusPorts
+from runbus_gateway.run import checkpoints
 from runbus_gateway.service import GatewayService
 from runbus_history import store
 from runbus_history.core import COMPACTION_DECODER
@@ -65,6 +66,14 @@ SCRIPT = [
 ]
 TRAVEL = load_agents(AGENTS_DIR)["travel"]
 PLANNER = msgspec.structs.replace(TRAVEL, name="planner", model="scripted/planner")
+
+
+@pytest.fixture(autouse=True)
+def appends_every_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs here append each step's checkpoint to history, as a run holding back more than
+    `APPEND_BYTES` does: the direct path is what these tests are about (a step's checkpoint
+    otherwise rides on its first call event: tests/integration/test_durable_runs.py)."""
+    monkeypatch.setattr(checkpoints, "APPEND_BYTES", -1)
 
 
 def said(message_id: str, text: str = "hi", role: str = "user") -> ChatMessage:

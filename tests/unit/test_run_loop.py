@@ -42,6 +42,7 @@ from runbus_gateway.agents import AgentSpec, CompactionPolicy, MemoryPolicy
 from runbus_gateway.errors import MaxIterationsExceeded, TooManyToolCalls
 from runbus_gateway.harness import HarnessConfig, LoopConfig, TodosConfig
 from runbus_gateway.run import RunPorts, execute_run
+from runbus_gateway.run.checkpoints import APPEND_BYTES
 from tests.helpers import take_time
 
 RUN_ID = "r-1"
@@ -156,6 +157,7 @@ class RecordingPorts:
         self.incarnations_told: list[str] = []
         self.releases: list[int | None] = []
         self.event_ids: list[str] = []
+        self._settled = 0
 
     async def open_session(self, ctx: RunContext, policy: ConcurrencyPolicy) -> SessionOpened:
         self.hops.append("load_history")
@@ -296,6 +298,20 @@ class RecordingPorts:
         self.event_ids.append(event_id)
         self.hops.append(f"emit:{event.__struct_config__.tag}")
         self.events.append(event)
+
+    async def settle(self, ctx: RunContext) -> set[str]:
+        """The ids the stream already held, as JetStream's dedupe answers."""
+        self.hops.append("settle")
+        start, self._settled = self._settled, len(self.event_ids)
+        return {
+            self.event_ids[i]
+            for i in range(start, self._settled)
+            if self.event_ids[i] in self.event_ids[:i]
+        }
+
+    async def checkpointed(self, ctx: RunContext) -> list[ChatMessage]:
+        """What the run's events stored so far carry (a resumed run's own events)."""
+        return [m for e in self.events if isinstance(e, RunToolCall) for m in e.checkpoint]
 
 
 async def run(
@@ -466,10 +482,18 @@ async def test_every_new_message_is_saved_in_order_and_loaded_context_never() ->
     assert {m.source for m in ports.appended} == {"external"}
 
 
+def _large(call: FunctionCallContent) -> str:
+    """A tool result past what a run holds back from history (`APPEND_BYTES`)."""
+    return "x" * APPEND_BYTES
+
+
 async def test_each_append_is_told_where_the_sessions_history_ended_after_the_last() -> None:
     # The condition a checkpoint is stored directly on: the session as opened (7), then what
-    # each append answered; never a value the run did not hear from history.
-    ports = RecordingPorts([weather(), weather("Perth"), said("Sunny.")])
+    # each append answered; never a value the run did not hear from history. Large results
+    # make the run append before its end.
+    ports = RecordingPorts(
+        [weather(), weather("Perth"), weather("Hobart"), said("Sunny.")], tool=_large
+    )
 
     await run(ports)
 
@@ -479,11 +503,100 @@ async def test_each_append_is_told_where_the_sessions_history_ended_after_the_la
 async def test_every_append_names_the_session_incarnation_the_run_opened() -> None:
     # History refuses (and loads skip) what is stored for another incarnation: a session
     # deleted and made again under the same id while the run still wrote.
-    ports = RecordingPorts([weather(), weather("Perth"), said("Sunny.")])
+    ports = RecordingPorts(
+        [weather(), weather("Perth"), weather("Hobart"), said("Sunny.")], tool=_large
+    )
 
     await run(ports)
 
     assert ports.incarnations_told == ["inc-1", "inc-1", "inc-1"]
+
+
+async def test_a_steps_calls_are_stored_on_its_first_call_event_before_any_runs() -> None:
+    ports = RecordingPorts([weather(), weather("Perth"), said("Sunny.")])
+
+    await run(ports)
+
+    calls = [e for e in ports.events if isinstance(e, RunToolCall)]
+    assert [ids(e.checkpoint) for e in calls] == [
+        [f"{RUN_ID}:in0", f"{RUN_ID}:m0"],
+        [f"{RUN_ID}:t0", f"{RUN_ID}:m1"],
+    ]
+    first_tool = ports.hops.index("invoke_tool:get_weather")
+    assert ports.hops[first_tool - 2 : first_tool] == ["emit:run.tool_call", "settle"]
+
+
+def weather_as(call_id: str, city: str) -> ChatMessage:
+    call = FunctionCallContent(call_id=call_id, name="get_weather", arguments={"city": city})
+    return ChatMessage(role="assistant", contents=[call], message_id="step-0")
+
+
+async def test_a_run_of_small_steps_appends_its_history_once_at_its_end() -> None:
+    ports = RecordingPorts([weather_as("a", "Sydney"), weather_as("b", "Perth"), said("Sunny.")])
+
+    await run(ports)
+
+    assert ports.hops.count("append_history") == 1
+    assert ports.releases == [6]
+    assert ids(ports.appended) == [
+        f"{RUN_ID}:in0",
+        f"{RUN_ID}:m0",
+        f"{RUN_ID}:t0",
+        f"{RUN_ID}:m1",
+        f"{RUN_ID}:t1",
+        f"{RUN_ID}:m2",
+    ]
+
+
+async def test_a_step_repeating_an_earlier_call_id_appends_its_checkpoint_before_its_calls() -> (
+    None
+):
+    # The stream keeps one event per id: the second step's call event is not stored, so its
+    # checkpoint goes to history before its call runs.
+    ports = RecordingPorts([weather_as("same", "Sydney"), weather_as("same", "Perth"), said("Ok.")])
+
+    await run(ports)
+
+    second_tool = [i for i, hop in enumerate(ports.hops) if hop == "invoke_tool:get_weather"][1]
+    assert ports.hops[second_tool - 3 : second_tool] == [
+        "emit:run.tool_call",
+        "settle",
+        "append_history",
+    ]
+    assert ids(ports.appended)[:4] == [
+        f"{RUN_ID}:in0",
+        f"{RUN_ID}:m0",
+        f"{RUN_ID}:t0",
+        f"{RUN_ID}:m1",
+    ]
+    assert ports.hops.count("append_history") == 2
+
+
+async def test_a_run_redelivered_after_its_gateway_died_resumes_from_its_events() -> None:
+    # The first delivery dies with its third model call, history down: nothing reached history.
+    died = RecordingPorts(
+        [weather_as("a", "Sydney"), weather_as("b", "Perth"), RuntimeError("gateway gone")],
+        append_error=RuntimeError("history down"),
+    )
+    with pytest.raises(RuntimeError, match="gateway gone"):
+        await run(died)
+    resumed = RecordingPorts([said("Sunny.")])
+    resumed.events = list(died.events)  # the same run's stored events
+
+    completed = await run(resumed)
+
+    assert resumed.reply_ids == [f"{RUN_ID}:m2"]  # no reply of the model is asked for again
+    assert [c.call_id for c in resumed.invoked] == [died.invoked[-1].call_id]
+    assert resumed.first_sends == [False]
+    assert ids(resumed.appended) == [
+        f"{RUN_ID}:in0",
+        f"{RUN_ID}:m0",
+        f"{RUN_ID}:t0",
+        f"{RUN_ID}:m1",
+        f"{RUN_ID}:t1",
+        f"{RUN_ID}:m2",
+    ]
+    assert completed.text == "Sunny."
 
 
 async def test_an_input_the_caller_stamps_as_history_is_still_saved() -> None:

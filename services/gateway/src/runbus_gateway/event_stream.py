@@ -1,21 +1,29 @@
 """A run's events into the events stream: each published without waiting for its ack, the acks
-awaited once before the run request is acked (`settle`), an unconfirmed event published again
-under its own `Nats-Msg-Id`."""
+awaited before a step's calls run and before the run request is acked (`settle`), an
+unconfirmed event published again under its own `Nats-Msg-Id`; and the checkpoints a resumed
+run reads back from them (`checkpointed`)."""
 
 import asyncio
+import contextlib
 from collections import defaultdict
 from typing import NamedTuple
 
+import msgspec
 import nats.errors
-from nats.js.api import PubAck
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, PubAck
+from nats.js.errors import NotFoundError
 
 from runbus import subjects
 from runbus.bus import Bus
 from runbus.errors import Unavailable
 from runbus.headers import MSG_ID, RunContext
-from runbus.messages import RunEvent, encode
+from runbus.messages import ChatMessage, RunEvent, RunStarted, RunToolCall, encode
+from runbus.messages.runs import RUN_EVENT_DECODER
 from runbus.owners import Owner
 from runbus.telemetry import inject
+
+CHECKPOINT_FETCH = 256
+"""Events a resumed run reads back per fetch."""
 
 
 class EventStream:
@@ -76,6 +84,47 @@ class EventStream:
                 f"{ctx.run_id!r} within {2 * limit:.0f}s ({type(exc).__name__})"
             ) from None
         return duplicates
+
+    async def checkpointed(self, ctx: RunContext) -> list[ChatMessage]:
+        """The messages the run's stored events carry as checkpoints (`RunToolCall.checkpoint`),
+        in order, each id once: what a redelivered run produced before. Read from the run's
+        own subject, which names its owner; a run whose last event is its start has none."""
+        subject = subjects.events(ctx.prop("tenant"), ctx.prop("user_id"), ctx.run_id)
+        js = self.bus.nc.jetstream()
+        try:
+            last = await js.get_last_msg(subjects.EVENTS_STREAM, subject, direct=True)
+        except NotFoundError:
+            return []
+        if isinstance(_decoded(last.data), RunStarted):
+            return []
+        messages: dict[str, ChatMessage] = {}
+        # One ephemeral consumer reads them all (the model's deltas too, many for a long reply).
+        reader = await js.pull_subscribe(
+            subject,
+            stream=subjects.EVENTS_STREAM,
+            config=ConsumerConfig(ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.ALL),
+        )
+        try:
+            while True:
+                batch = await reader.fetch(CHECKPOINT_FETCH, timeout=self.bus.request_timeout)
+                for msg in batch:
+                    event = _decoded(msg.data)
+                    if isinstance(event, RunToolCall):
+                        for message in event.checkpoint:
+                            messages.setdefault(message.message_id, message)
+                if not batch or batch[-1].metadata.num_pending == 0:
+                    return list(messages.values())
+        finally:
+            with contextlib.suppress(nats.errors.Error):
+                await reader.unsubscribe()
+
+
+def _decoded(data: bytes | None) -> object:
+    """A stored message of a run's subject as its event; None for one today's types do not
+    know."""
+    with contextlib.suppress(msgspec.DecodeError):
+        return RUN_EVENT_DECODER.decode(data or b"")
+    return None
 
 
 class _Published(NamedTuple):

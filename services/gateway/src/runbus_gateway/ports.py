@@ -300,6 +300,13 @@ class BusPorts:
         """Publish a run event without waiting for its ack (`EventStream.emit`)."""
         await self.events.emit(ctx, event, event_id=event_id)
 
-    async def settle(self, ctx: RunContext) -> None:
-        """Wait until every event of the run is stored in the events stream."""
-        await self.events.settle(ctx)
+    async def settle(self, ctx: RunContext) -> set[str]:
+        """Wait until every event of the run is stored in the events stream; the ids
+        (`event_id`) of those the stream already held."""
+        run = Owner.of(ctx).key(ctx.run_id)
+        held = await self.events.settle(ctx)
+        return {msg_id.removeprefix(f"{run}:") for msg_id in held}
+
+    async def checkpointed(self, ctx: RunContext) -> list[ChatMessage]:
+        """The checkpoints of the run's stored events (`EventStream.checkpointed`)."""
+        return await self.events.checkpointed(ctx)

@@ -1,30 +1,44 @@
-"""How a run's messages are saved: the group-committing checkpointer."""
+"""How a run's messages are saved: checkpoints in the run's own events while it runs, one
+history append when it ends."""
 
 import asyncio
+from typing import Final
 
 from runbus.headers import RunContext
 from runbus.messages import ChatMessage
-from runbus.messages.history import HistoryCompaction
+from runbus.messages.history import BATCH_ENCODER, HistoryCompaction
 
 from .ports import RunPorts
 
+APPEND_BYTES: Final = 128 * 1024
+"""What a run may hold back from history before it appends it during the run (one append
+must fit in a message, and so must the run's last)."""
+
 
 class Checkpointer:
-    """Saves a run's new messages to history: one append per step, not one per message.
+    """Saves a run's new messages: each step's checkpoint rides on an event the step publishes
+    anyway, and history gets them in one append at the end.
 
-    What is added waits for the next `flush()` — which a step awaits before its tool calls
-    run, so the calls are stored before anything acts on them — or for `close()` at the end,
-    which also releases the session. A step's tool results therefore travel with the next
-    step's model reply. Results that must not wait (`urgent`: tools run inside the gateway,
-    whose effects are not recorded by call id) start a background append at once; the others
-    came from the tool executor, which records each call's result under its call id, so a run
-    resumed before they were stored gets the recorded results again, nothing acts twice.
+    Before a step's tool calls run, `checkpoint()` hands over what the run produced since its
+    last checkpoint (the run's input, the previous step's tool results, this step's reply with
+    its calls): the step's first `run.tool_call` event carries it, and the step waits until
+    the events stream stored it — so the calls are stored before anything acts on them, at no
+    stored write of their own. A resumed run reads them back from its events
+    (`RunState.load`). `close()` at the end appends everything to history in one batch and
+    releases the session; a run whose held-back messages outgrow APPEND_BYTES appends them
+    earlier. Results that must not wait (`urgent`: tools run inside the gateway, whose effects
+    are not recorded by call id) start a background append at once; the others came from the
+    tool executor, which records each call's result under its call id, so a run resumed before
+    they were stored gets the recorded results again, nothing acts twice.
     """
 
     def __init__(self, ports: RunPorts, ctx: RunContext) -> None:
         self._ports = ports
         self._ctx = ctx
         self._pending: list[ChatMessage] = []
+        """What history has not got yet, in order."""
+        self._carried = 0
+        """How many of `_pending`, from the front, a stored event already carries."""
         self._compaction: HistoryCompaction | None = None
         self._persisted: set[str] = set()
         """Ids excluded by the compactions persisted so far in this run."""
@@ -45,6 +59,27 @@ class Checkpointer:
         if urgent:
             self._start()
 
+    def resume(self, messages: list[ChatMessage]) -> None:
+        """Messages a resumed run found in its events only: history gets them with the next
+        append; no checkpoint needs to carry them again."""
+        self._pending.extend(messages)
+        self._carried = len(self._pending)
+
+    async def checkpoint(self) -> list[ChatMessage]:
+        """What the run produced since its last checkpoint, for the step's first tool-call
+        event to carry; the caller has it stored before the step's calls run. Whatever history
+        has not got yet is appended first if it outgrew APPEND_BYTES (then nothing is left to
+        carry)."""
+        if self._writer is not None:
+            await self._writer
+        if self._error is not None:
+            raise self._error
+        if sum(len(BATCH_ENCODER.encode(m)) for m in self._pending) > APPEND_BYTES:
+            await self.flush()
+        fresh = self._pending[self._carried :]
+        self._carried = len(self._pending)
+        return fresh
+
     def persist(self, compaction: HistoryCompaction) -> bool:
         """Store `compaction` after the messages added so far, unless it excludes nothing new
         (the same window, one step later); a newer one pending replaces an older one. True
@@ -62,7 +97,7 @@ class Checkpointer:
     async def _write(self) -> None:
         try:
             while self._pending or self._compaction is not None:
-                batch, self._pending = self._pending, []
+                batch, self._pending, self._carried = self._pending, [], 0
                 compaction, self._compaction = self._compaction, None
                 self.history_end = await self._ports.append_history(
                     self._ctx,
@@ -88,7 +123,7 @@ class Checkpointer:
             await self._writer
         if self._error is not None:
             raise self._error
-        batch, self._pending = self._pending, []
+        batch, self._pending, self._carried = self._pending, [], 0
         compaction, self._compaction = self._compaction, None
         self.history_end = await self._ports.append_history(
             self._ctx,

@@ -1,10 +1,12 @@
 """A run's event protocol, emitted from one place: every event a run publishes, in the order
 a follower reads them, each with the stable id that makes a resumed run's repeat a no-op."""
 
+from collections.abc import Collection
 from typing import Final, Protocol
 
 from runbus.headers import RunContext
 from runbus.messages import (
+    ChatMessage,
     FunctionCallContent,
     FunctionResultContent,
     RunApprovalRequested,
@@ -27,6 +29,11 @@ FINAL: Final = "final"
 
 class EventPort(Protocol):
     async def emit(self, ctx: RunContext, event: RunEvent, *, event_id: str) -> None: ...
+
+    async def settle(self, ctx: RunContext) -> Collection[str]:
+        """Wait until every event of the run emitted so far is stored; the ids (`event_id`)
+        of those the stream already held."""
+        ...
 
 
 class RunEvents:
@@ -55,18 +62,32 @@ class RunEvents:
         await self.port.emit(self.ctx, event, event_id=f"compacted-{step}")
 
     async def tool_calls(
-        self, calls: list[FunctionCallContent], client: set[str] | None = None
-    ) -> None:
-        """`client`: ids of the calls that go to the client (`RunToolCall.client`)."""
+        self,
+        calls: list[FunctionCallContent],
+        client: set[str] | None = None,
+        checkpoint: list[ChatMessage] | None = None,
+    ) -> bool:
+        """`client`: ids of the calls that go to the client (`RunToolCall.client`).
+        `checkpoint`: what the run produced since its last checkpoint (`Checkpointer`); the
+        first call's event carries it, and when there is any, this returns once the events
+        stream has stored them all — the step's calls may run then. False when the stream
+        already held an event under the first call's id (a model that repeats a call id of
+        an earlier step): that stored copy is not this checkpoint, the caller saves it another
+        way."""
         client = client or set()
-        for call in calls:
+        for index, call in enumerate(calls):
             event = RunToolCall(
                 run_id=self.run_id,
                 call=call,
                 client=call.call_id in client,
                 client_calls=len(client),
+                checkpoint=(checkpoint or []) if index == 0 else [],
             )
             await self.port.emit(self.ctx, event, event_id=f"call-{call.call_id}")
+        if not checkpoint:
+            return True
+        held = await self.port.settle(self.ctx)
+        return f"call-{calls[0].call_id}" not in held
 
     async def tool_results(self, results: list[FunctionResultContent]) -> None:
         for result in results:

@@ -1,7 +1,7 @@
 """Everything a run does outside itself, as one protocol: the bus adapters
 (`runbus_gateway.ports`) and the unit tests' fakes both implement it."""
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import Protocol
 
 from runbus.headers import RunContext
@@ -111,3 +111,12 @@ class RunPorts(StatePort, Protocol):
     async def store_memory(self, ctx: RunContext, texts: list[str]) -> None: ...
 
     async def emit(self, ctx: RunContext, event: RunEvent, *, event_id: str) -> None: ...
+
+    async def settle(self, ctx: RunContext) -> Collection[str]:
+        """Wait until every event of the run emitted so far is stored; the ids (`event_id`)
+        of those the stream already held."""
+        ...
+
+    async def checkpointed(self, ctx: RunContext) -> list[ChatMessage]:
+        """The messages the run's stored events carry as checkpoints (a redelivered run's)."""
+        ...

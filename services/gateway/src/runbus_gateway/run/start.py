@@ -116,11 +116,12 @@ async def start(
         HarnessContext(harness),
     ]
     begin = RunStart(inputs=inputs, session=session)
-    opened, state_bag, contexts, tools = await asyncio.gather(
+    opened, state_bag, contexts, tools, checkpointed = await asyncio.gather(
         opening,
         session,
         asyncio.gather(*(p.before_run(begin) for p in providers)),
         toolsets.tools(),
+        ports.checkpointed(ctx),
     )
     run = Run(agent, harness, ctx, ports, events, state_bag, toolsets, tools, providers, pause)
     context = Context(
@@ -128,7 +129,8 @@ async def start(
         notices=[m for c in contexts for m in c.notices],
     )
     system = instructions(agent, before_step(providers, state_bag.bag))
-    return run, RunState.load(ctx.run_id, opened, inputs, context, system, checkpoints)
+    state = RunState.load(ctx.run_id, opened, inputs, context, system, checkpoints, checkpointed)
+    return run, state
 
 
 async def _open_session(ports: RunPorts, ctx: RunContext, agent: AgentSpec) -> SessionOpened:

@@ -4,7 +4,10 @@ The stages read and move it; `record` is the one way progress is made. A redeliv
 loads it from the messages it checkpointed (`RunState.load`) and goes on from there.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+import msgspec
 
 from runbus.messages import ChatMessage, FunctionCallContent
 from runbus.messages.history import REPAIR_SUFFIX
@@ -67,22 +70,30 @@ class RunState:
         context: Context,
         instructions: ChatMessage,
         checkpoints: Checkpointer,
+        checkpointed: Sequence[ChatMessage] = (),
     ) -> "RunState":
-        """The state of a run on the session as opened: a new run's, or — when history holds
-        messages of this run (a redelivery) — where that one stood, so no model or tool call
-        that already has a result is repeated."""
+        """The state of a run on the session as opened: a new run's, or — when history or the
+        run's own events (`checkpointed`) hold messages of this run (a redelivery) — where
+        that one stood, so no model or tool call that already has a result is repeated."""
         own = message_id(run_id, "")
         earlier = [m for m in opened.messages if not m.message_id.startswith(own)]
-        mine = [
+        stored = [
             m
             for m in opened.messages
             if m.message_id.startswith(own) and not m.message_id.endswith(REPAIR_SUFFIX)
         ]
+        # History got a prefix of what the run produced; its events carry the rest.
+        appended = {m.message_id for m in stored}
+        held = [
+            m for m in checkpointed if m.message_id.startswith(own) and m.message_id not in appended
+        ]
+        mine = [*stored, *(msgspec.structs.replace(m, source="chat_history") for m in held)]
         resumed_inputs = [m for m in mine if m.role == "user" and ":in" in m.message_id]
         # The owner's notes added at a pause (`<run_id>:note…`) are the run's too.
         response = [m for m in mine if m.role in ("assistant", "tool") or ":note" in m.message_id]
         checkpoints.history_end = opened.history_end
         checkpoints.incarnation = opened.record.incarnation
+        checkpoints.resume(held)
         if not resumed_inputs:
             checkpoints.add(inputs)
         state = cls(

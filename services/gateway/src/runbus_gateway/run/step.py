@@ -118,9 +118,13 @@ async def _steps(run: Run, state: RunState) -> Usage:
                 break
         # The calls are saved before any runs: a run resumed after a lost checkpoint would
         # ask the model again, get new call ids (the executor's idempotency keys) and repeat
-        # side effects. One history round trip per tool step buys exactly-once tools.
-        await state.checkpoints.flush()
-        await run.events.tool_calls(calls, await run.toolsets.hand_over(calls))
+        # side effects. The step's first call event carries the checkpoint, and the step
+        # waits until it is stored: exactly-once tools for no stored write of their own. An
+        # event the stream refused as a duplicate (a call id an earlier step used) carries
+        # nothing of this step: then history gets the checkpoint before the calls run.
+        client = await run.toolsets.hand_over(calls)
+        if not await run.events.tool_calls(calls, client, await state.checkpoints.checkpoint()):
+            await state.checkpoints.flush()
         results, terminated = await run_tools(run.toolsets, calls, first_send=first_send)
         await run.events.tool_results(results)
         tool_message = ChatMessage(
