@@ -94,13 +94,22 @@ class Approvals:
         """Record the request (once), `announce` it, and wait until someone decides or it
         expires."""
         key = approval_key(Owner(tenant, user_id), run_id, call_id)
-        found = await self.bucket.get(key)
-        if found is None or found[0].request.digest != request.digest:
-            record = ApprovalRecord(
-                run_id=run_id, call_id=call_id, tenant=tenant, user_id=user_id, request=request
-            )
-            # Another delivery of this run may have recorded it first.
-            await self.bucket.create(key, record)
+        record = ApprovalRecord(
+            run_id=run_id, call_id=call_id, tenant=tenant, user_id=user_id, request=request
+        )
+        while True:
+            found = await self.bucket.get(key)
+            if found is not None and found[0].request.digest == request.digest:
+                break  # this very request, recorded by an earlier delivery: its decision stands
+            # A record for other arguments of the same call (say the call was edited while
+            # paused) must not answer this one: a yes to harmless arguments is no yes to others.
+            if found is None:
+                written = await self.bucket.create(key, record)
+            else:
+                written = await self.bucket.update(key, record, found[1])
+            if written is not None:
+                break
+            # Another delivery wrote it meanwhile: read it again.
         if announce is not None:
             await announce()
         watcher = await self.bucket.kv.watch(key)
