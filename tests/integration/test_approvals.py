@@ -18,10 +18,11 @@ from runbus.messages import (
     RunCompleted,
     RunFailed,
 )
-from runbus.messages.runs import ApprovalDecide
+from runbus.messages.runs import ApprovalDecide, RunGet
 from runbus_examples import AGENTS_DIR
 from runbus_examples.travel import ledger
 from runbus_gateway.agents import load_agents
+from runbus_gateway.run.late import RESUME_WITHIN
 from tests.helpers import approval_requested
 from tests.models import GatedModel, call, text
 from tests.stack import SecuredNats, start_stack
@@ -94,6 +95,36 @@ async def test_approval_pauses_the_run_across_a_restart_of_every_service_and_boo
     assert "approved_by" in final.text
     assert ledger.count(run_id) == 1
     assert again.value.remote_code == "conflict"
+
+
+async def test_an_approval_that_uses_up_the_runs_deadline_books_once_in_a_new_delivery(
+    nats_server: SecuredNats, tmp_path: Path, alice: RunbusClient
+) -> None:
+    """With a run timeout under `RESUME_WITHIN`, every approval comes too late for the
+    delivery that asked: the run is delivered again, with a deadline of its own, finds the
+    decision and books once (the model is not asked for the call again)."""
+    model = GatedModel(book("business"))
+    async with start_stack(
+        nats_server.url,
+        data_dir=tmp_path,
+        agents=AGENTS,
+        routes={"gated": model},
+        gateway_options={**GATEWAY, "run_timeout": RESUME_WITHIN / 2},
+    ):
+        run_id = await alice.start("travel", "Book QF412 in business", session_id="late")
+        asked = await approval_requested(alice, run_id)
+        await alice.call(
+            ops.API_APPROVALS_DECIDE,
+            ApprovalDecide(run_id=run_id, call_id=asked.call_id, decision="approved"),
+        )
+        final = await _final(alice, run_id)
+        record = (await alice.call(ops.API_RUNS_GET, RunGet(run_id=run_id))).record
+
+    assert isinstance(final, RunCompleted)
+    assert "approved_by" in final.text
+    assert record.attempts == 2
+    assert ledger.count(run_id) == 1
+    assert len(model.requests) == 2  # the booking call was not asked for again
 
 
 def book_as_asked(request: ModelRequest, step: int):  # type: ignore[no-untyped-def]

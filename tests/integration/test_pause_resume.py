@@ -36,7 +36,7 @@ from runbus.messages.runs import (
 from runbus.settings import load_settings
 from runbus_examples import AGENTS_DIR
 from runbus_gateway.agents import load_agents
-from runbus_gateway.run.pause import RESUME_WITHIN
+from runbus_gateway.run.late import RESUME_WITHIN
 from tests.helpers import eventually
 from tests.models import GatedModel, call, text
 from tests.stack import SecuredNats, Stack, secured_nats, start_stack

@@ -9,7 +9,7 @@ from typing import Final, Literal, Protocol
 import jsonschema
 import msgspec
 
-from runbus.errors import BadRequest, Conflict, Unavailable
+from runbus.errors import BadRequest, Conflict
 from runbus.messages import (
     ChatMessage,
     FunctionCallContent,
@@ -22,12 +22,11 @@ from runbus.messages.runs import RunEdit, RunPending
 from runbus.owners import Owner
 
 from .events import RunEvents
+from .late import hand_back_if_late
 from .state import message_id
 
 MAX_ADDED: Final = 16
 """Messages one pause may add."""
-RESUME_WITHIN: Final = 30.0
-"""Seconds of its deadline a resumed run needs left to go on in the same delivery."""
 
 
 Status = Literal["requested", "paused", "resumed"]
@@ -223,12 +222,9 @@ class PausePoint:
         calls: list[FunctionCallContent] = held.reply.function_calls if held.reply else []
         event = RunResumed(run_id=run_id, calls=calls)
         await events.port.emit(events.ctx, event, event_id=f"resumed-{record.generation}")
-        left = events.ctx.time_left()
-        if left is not None and left < RESUME_WITHIN:
-            # The pause used up the run's deadline (and its claim on the session, which ends
-            # with it): another delivery, with a deadline of its own, goes on from the pause
-            # (its reply and notes are in the record, `resumed`).
-            raise Unavailable(f"run {run_id!r} was paused past its deadline; it goes on anew")
+        # Another delivery goes on from the pause if this one used up its deadline (the
+        # reply and notes are in the record, `resumed`).
+        hand_back_if_late(events.ctx, "its pause")
         return held
 
 

@@ -6,6 +6,7 @@ answer. A new tool source is a new `Toolset`, registered in `start`."""
 
 import asyncio
 import re
+import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Final, Protocol
 
@@ -20,6 +21,7 @@ from runbus.messages.tools import ApprovalGrant, ToolInvoked
 from ..harness.runtime import Harness
 from ..harness.state import SessionState
 from .events import RunEvents
+from .late import hand_back_if_late
 from .ports import RunPorts
 
 TOOL_NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -132,11 +134,16 @@ class Approving:
 
         self.waiting.add(call.call_id)
         await self._tell(True)
+        asked_at = time.time()
         try:
             grant = await self.ports.await_approval(self.events.ctx, call, request, announce)
         finally:
             await self._tell(False)
             self.waiting.discard(call.call_id)
+        if grant.decided_at >= asked_at:
+            # Decided during this wait (a later delivery finds it decided and goes on): the
+            # call has not run, so a delivery with time left makes it, once.
+            hand_back_if_late(self.events.ctx, "an approval")
         # Asked for approval, the call was not run nor claimed: still a first send.
         return await self.inner.call(call, first_send=first_send, approval=grant)
 
