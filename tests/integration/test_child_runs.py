@@ -27,6 +27,7 @@ from runbus.messages import (
 )
 from runbus.messages.runs import RunCancel, RunGet, RunList, RunRecord
 from runbus_gateway.run.agent_tools import MAX_DEPTH, child_run_id
+from runbus_gateway.tenants import TenantLimits
 from tests.helpers import eventually
 from tests.multi_agent import AGENTS, USAGE, AgentsModel
 from tests.stack import SecuredNats, Stack, start_stack
@@ -272,3 +273,26 @@ async def test_another_user_publishing_a_childs_id_first_does_not_stop_the_child
     assert isinstance(ended, RunCompleted)
     assert ended.text == "triage heard: QF1 09:00 for 'SYD to MEL on Friday'"
     assert [(k.run_id, k.status) for k in kids] == [(child, "completed")]
+
+
+async def test_a_parent_and_its_child_run_complete_under_a_tenant_limit_of_one(
+    nats_server: SecuredNats, tmp_path: Path, users: dict[str, RunbusClient]
+) -> None:
+    """A run waiting on its child gives its tenant lease back meanwhile: the child, of the same
+    tenant, needs it to run at all."""
+    alice = users["alice"]
+    model = AgentsModel()
+    async with start_stack(
+        nats_server.url,
+        data_dir=tmp_path,
+        agents=AGENTS,
+        routes={"agents": model},
+        gateway_options={"tenant_limits": TenantLimits(default=1)},
+    ):
+        run_id = await alice.start("triage", "Get me to Melbourne", session_id="trip")
+        ended = await final(alice, run_id)
+        [child] = await eventually(lambda: children(alice, run_id))
+
+    assert isinstance(ended, RunCompleted)
+    assert ended.text == "triage heard: QF1 09:00 for 'SYD to MEL on Friday'"
+    assert child.status == "completed"

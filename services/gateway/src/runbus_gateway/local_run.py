@@ -96,6 +96,8 @@ class LocalRun:
         self._waiting = 0
         self._lent = False
         """Whether the run lent its run slot out while it waits for a person."""
+        self._lease_given = False
+        """Whether the run gave its tenant lease back while it waits."""
 
     @property
     def run_id(self) -> str:
@@ -209,7 +211,9 @@ class LocalRun:
             return  # the status only changes on the first wait and the last decision
         if waiting:
             await self._lend_slot()
+            await self._give_lease_back()
         else:
+            await self._retake_lease()
             await self._take_slot_back()
         if self.cancelled():
             return  # its final status (`cancelled`) is the bookkeeping's to write
@@ -221,12 +225,38 @@ class LocalRun:
         is lent out meanwhile, as while it waits for a person's decision."""
         if paused:
             await self._lend_slot()
+            await self._give_lease_back()
         else:
+            await self._retake_lease()
             await self._take_slot_back()
         if self.cancelled():
             return
         with contextlib.suppress(Exception):
             await self.set_status("paused" if paused else "running")
+
+    async def _give_lease_back(self) -> None:
+        """A run waiting (for a person, or for a child run of the same tenant, which needs a
+        lease to run at all) does not count against its tenant's limit meanwhile."""
+        if self._lease is None or self._tenants is None:
+            return
+        self._lease.cancel()
+        self._lease = None
+        self._lease_given = True
+        with contextlib.suppress(Exception):
+            await self._tenants.release(self.record.tenant, self.lease_key)
+
+    async def _retake_lease(self) -> None:
+        """Take the tenant lease again once the wait is over, with the run slot still lent
+        out (a slot held while waiting for the tenant could be the one its others need)."""
+        tenants = self._tenants
+        if not self._lease_given or tenants is None:
+            return
+        self._lease_given = False
+        while True:  # polled, as a queued run's first lease is (`take_tenant_slot`)
+            if await tenants.try_acquire(self.record.tenant, self.lease_key):
+                break
+            await asyncio.sleep(TENANT_POLL)
+        self._lease = asyncio.create_task(self._renew(tenants))
 
     async def _lend_slot(self) -> None:
         if not self._lent:
