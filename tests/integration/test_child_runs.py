@@ -296,3 +296,19 @@ async def test_a_parent_and_its_child_run_complete_under_a_tenant_limit_of_one(
     assert isinstance(ended, RunCompleted)
     assert ended.text == "triage heard: QF1 09:00 for 'SYD to MEL on Friday'"
     assert child.status == "completed"
+
+
+async def test_a_parent_waiting_on_its_child_reads_running_not_waiting_for_a_person(
+    nats_server: SecuredNats, tmp_path: Path, users: dict[str, RunbusClient]
+) -> None:
+    alice = users["alice"]
+    model = AgentsModel(hold={("flights", 0)})
+    async with stack(nats_server, tmp_path, model):
+        run_id = await alice.start("triage", "Get me to Melbourne", session_id="trip")
+        await asyncio.wait_for(model.reached.wait(), 10)  # the child works, the parent waits
+        waiting = (await alice.call(ops.API_RUNS_GET, RunGet(run_id=run_id))).record
+        model.release.set()
+        ended = await final(alice, run_id)
+
+    assert waiting.status == "running"
+    assert isinstance(ended, RunCompleted)

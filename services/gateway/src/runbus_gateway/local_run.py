@@ -94,6 +94,9 @@ class LocalRun:
         self._queued = False
         self._cancelled = False
         self._waiting = 0
+        """Calls waiting now (for people or child runs): the slot and lease are lent meanwhile."""
+        self._people = 0
+        """Calls waiting for a person now: the run shows `waiting_approval` meanwhile."""
         self._lent = False
         """Whether the run lent its run slot out while it waits for a person."""
         self._lease_given = False
@@ -199,22 +202,28 @@ class LocalRun:
             self._task.cancel()
             log.info("run_cancelling", run_id=self.run_id)
 
-    async def on_waiting(self, waiting: bool) -> None:
-        """`waiting_approval` while any call of the run waits for a person, else `running`.
+    async def on_waiting(self, waiting: bool, *, person: bool = True) -> None:
+        """`waiting_approval` while any call of the run waits for a person, else `running`
+        (a wait for a child run, `person=False`, lends the slot without the status).
 
         Meanwhile the run lends its run slot out, as a queued run does: runs waiting for
         people, who may take hours, do not stop this replica from running others (up to
         `PARKED_PER_SLOT` per slot; past that a waiting run keeps its slot).
         """
-        self._waiting += 1 if waiting else -1
-        if self._waiting != (1 if waiting else 0):
+        step = 1 if waiting else -1
+        self._waiting += step
+        if self._waiting == (1 if waiting else 0):  # the first wait, or the last one over
+            if waiting:
+                await self._lend_slot()
+                await self._give_lease_back()
+            else:
+                await self._retake_lease()
+                await self._take_slot_back()
+        if not person:
+            return
+        self._people += step
+        if self._people != (1 if waiting else 0):
             return  # the status only changes on the first wait and the last decision
-        if waiting:
-            await self._lend_slot()
-            await self._give_lease_back()
-        else:
-            await self._retake_lease()
-            await self._take_slot_back()
         if self.cancelled():
             return  # its final status (`cancelled`) is the bookkeeping's to write
         with contextlib.suppress(Exception):

@@ -165,7 +165,7 @@ class AgentTools:
 
     async def _tell(self, waiting: bool) -> None:
         if self.on_waiting is not None:
-            await self.on_waiting(waiting)
+            await self.on_waiting(waiting, person=False)  # for its child: still `running`
 
 
 def _error(call: FunctionCallContent, error: str) -> ToolInvoked:

@@ -7,7 +7,7 @@ answer. A new tool source is a new `Toolset`, registered in `start`."""
 import asyncio
 import re
 import time
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from typing import Final, Protocol
 
 import msgspec
@@ -32,8 +32,13 @@ MAX_TOOLS: Final = 32
 MAX_SPEC_BYTES: Final = 16 * 1024
 """Size of one client tool's encoded spec (its JSON Schema mostly) at most."""
 
-OnWaiting = Callable[[bool], Awaitable[None]]
-"""Told when a call of the run starts (True) or stops (False) waiting for a person."""
+
+class OnWaiting(Protocol):
+    """Told when a call of the run starts (True) or stops (False) waiting: for a person (the
+    run shows `waiting_approval`), or with `person=False` for other work, such as a child run
+    (it stays `running`). Either way the run holds no slot or tenant lease meanwhile."""
+
+    async def __call__(self, waiting: bool, *, person: bool = True) -> None: ...
 
 
 class Toolset(Protocol):
