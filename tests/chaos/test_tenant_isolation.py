@@ -64,6 +64,10 @@ ADDRESSED: Final = frozenset(
         "history.load",
         "runs.get",
         "runs.cancel",
+        "runs.pending",
+        "runs.pause",
+        "runs.resume",
+        "runs.fork",
         "approvals.decide",
     }
 )
@@ -175,6 +179,12 @@ def _probes(owned: Alice, attacker: str) -> list[Probe]:
     for run_id, hers in runs:
         for op in ("runs.get", "runs.cancel"):
             probes.append((op, {"type": op, "run_id": run_id}, hers))
+        # Her runs' children (agents called as tools) are hers too.
+        probes.append(("runs.list", {"type": "runs.list", "parent_run_id": run_id}, hers))
+        for op in ("runs.pending", "runs.pause", "runs.resume"):
+            probes.append((op, {"type": op, "run_id": run_id}, hers))
+        fork = {"type": "runs.fork", "run_id": run_id, "session_id": f"fork-{attacker}"}
+        probes.append(("runs.fork", fork, hers))
     run_id, call_id = owned.approval
     for (r, c), hers in [
         ((run_id, call_id), True),
