@@ -129,8 +129,9 @@ class RunQueue:
             principal = self.verifier.verify(delivery.headers.get(h.AUTH))
             request = admit(delivery, agent)
             run_id = request.run_id
-            run = await self._admitted(delivery, request, principal)
-            await self._may_run(delivery, run)
+            earlier = await self._earlier(delivery, principal, run_id)
+            run = await self._admitted(delivery, request, principal, earlier)
+            await self._may_run(delivery, run, earlier)
             with self.runs.holding(run.owner, run.run_id, run):
                 await run.take_tenant_slot()
                 await self._execute(run)
@@ -141,8 +142,21 @@ class RunQueue:
             if run is not None:
                 await run.release()
 
+    async def _earlier(
+        self, delivery: Delivery, principal: Principal, run_id: str
+    ) -> RunRecord | None:
+        """What an earlier delivery or a cancel left of the run, read once per delivery. A
+        first delivery reads the stored record only (one read): a run never delivered has no
+        events to project."""
+        read = self.records.get if delivery.attempt > 1 else self.records.stored
+        return await read(principal.tenant, principal.user_id, run_id)
+
     async def _admitted(
-        self, delivery: Delivery, request: RunRequest, principal: Principal
+        self,
+        delivery: Delivery,
+        request: RunRequest,
+        principal: Principal,
+        earlier: RunRecord | None,
     ) -> LocalRun:
         """The run of an admitted request, its agent known. A run id is its owner's own: the
         same id of another owner is another run (records, events and cancels are keyed by
@@ -157,7 +171,7 @@ class RunQueue:
             raise UnknownAgent(f"no agent named {request.agent!r}")
         # A session handed to another agent goes on with it (run/handoffs.py); a delivery
         # after the first stays with the agent the first one ran.
-        held = await self._session_agent(delivery, request, agent, principal)
+        held = await self._session_agent(delivery, request, agent, principal, earlier)
         if held is not agent:
             agent, request = held, msgspec.structs.replace(request, agent=held.name)
         return LocalRun(
@@ -172,12 +186,15 @@ class RunQueue:
         )
 
     async def _session_agent(
-        self, delivery: Delivery, request: RunRequest, agent: AgentSpec, principal: Principal
+        self,
+        delivery: Delivery,
+        request: RunRequest,
+        agent: AgentSpec,
+        principal: Principal,
+        earlier: RunRecord | None,
     ) -> AgentSpec:
-        if delivery.attempt > 1:
-            earlier = await self.records.get(principal.tenant, principal.user_id, request.run_id)
-            if earlier is not None and earlier.agent in self.agents:
-                return self.agents[earlier.agent]
+        if delivery.attempt > 1 and earlier is not None and earlier.agent in self.agents:
+            return self.agents[earlier.agent]
         ctx = h.RunContext(
             run_id=request.run_id,
             session_id=request.session_id,
@@ -186,16 +203,12 @@ class RunQueue:
         )
         return await session_agent(self.ports, ctx, agent, self.agents)
 
-    async def _may_run(self, delivery: Delivery, run: LocalRun) -> None:
+    async def _may_run(self, delivery: Delivery, run: LocalRun, earlier: RunRecord | None) -> None:
         """Not when its owner cancelled it while it waited in the stream, for its first
         delivery (api.py) or its retry, nor when every attempt was cut off, nor (a child run)
         when its parent ended meanwhile: a cancel of the parent that came before the child was
-        taken reached no replica. A first delivery reads the stored record only (one read): a
-        run never delivered has no events to project."""
+        taken reached no replica."""
         owner = run.owner
-        earlier = await (self.records.get if delivery.attempt > 1 else self.records.stored)(
-            owner.tenant, owner.user_id, run.run_id
-        )
         if earlier is not None and earlier.status == "cancelled":
             raise RunCancelled(run.run_id)
         if delivery.attempt > 1 and earlier is not None and earlier.status in ENDED:
