@@ -8,7 +8,7 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import pytest
-from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -34,14 +34,20 @@ from tests.stack import SecuredNats, Stack, start_stack
 
 
 def stack(
-    nats_server: SecuredNats, data_dir: Path, model: AgentsModel
+    nats_server: SecuredNats,
+    data_dir: Path,
+    model: AgentsModel,
+    *,
+    processor: SpanProcessor | None = None,
+    **gateway_options: object,
 ) -> AbstractAsyncContextManager[Stack]:
     return start_stack(
         nats_server.url,
         data_dir=data_dir,
         agents=AGENTS,
         routes={"agents": model},
-        gateway_options={"ack_wait": 1.0, "stop_grace": 0.2},
+        processor=processor,
+        gateway_options={"ack_wait": 1.0, "stop_grace": 0.2, **gateway_options},
     )
 
 
@@ -212,13 +218,7 @@ async def test_one_trace_holds_the_parent_its_tool_span_and_the_childs_spans(
 ) -> None:
     alice = users["alice"]
     spans = InMemorySpanExporter()
-    async with start_stack(
-        nats_server.url,
-        data_dir=tmp_path,
-        agents=AGENTS,
-        routes={"agents": AgentsModel()},
-        processor=SimpleSpanProcessor(spans),
-    ):
+    async with stack(nats_server, tmp_path, AgentsModel(), processor=SimpleSpanProcessor(spans)):
         run_id = await alice.start("triage", "Get me to Melbourne", session_id="trip")
         await final(alice, run_id)
         child = child_run_id(run_id, "c-ask")
@@ -282,13 +282,7 @@ async def test_a_parent_and_its_child_run_complete_under_a_tenant_limit_of_one(
     tenant, needs it to run at all."""
     alice = users["alice"]
     model = AgentsModel()
-    async with start_stack(
-        nats_server.url,
-        data_dir=tmp_path,
-        agents=AGENTS,
-        routes={"agents": model},
-        gateway_options={"tenant_limits": TenantLimits(default=1)},
-    ):
+    async with stack(nats_server, tmp_path, model, tenant_limits=TenantLimits(default=1)):
         run_id = await alice.start("triage", "Get me to Melbourne", session_id="trip")
         ended = await final(alice, run_id)
         [child] = await eventually(lambda: children(alice, run_id))
