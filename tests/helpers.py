@@ -4,6 +4,7 @@ a few over the SDK that several test modules share."""
 import asyncio
 import inspect
 import json
+import subprocess
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, overload
@@ -149,3 +150,16 @@ async def refused_raw(url: str, **options: Any) -> str:
         if nc._transport is not None:  # nats-py leaves a refused socket open
             nc._transport.close()  # type: ignore[no-untyped-call]
     return str(refused.value)
+
+
+def measured_commit() -> str:
+    """The commit a report measured (`+dirty` when the tree differs from it), for the chaos
+    and cluster reports' headings."""
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], check=False).returncode
+    return out.stdout.strip() + ("+dirty" if dirty else "")

@@ -8,7 +8,6 @@ there, headed by the commit they were measured on.
 """
 
 import os
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -16,6 +15,8 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
+
+from tests.helpers import measured_commit
 
 FULL = os.environ.get("RUNBUS_CHAOS") == "full"
 
@@ -41,7 +42,7 @@ class ChaosReport:
         lines = [
             "# runbus chaos and fuzz results",
             "",
-            f"Commit `{_commit()}`, measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, "
+            f"Commit `{measured_commit()}`, measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, "
             f"sizes: {'full (`make chaos`)' if FULL else 'short (`make test`)'}.",
         ]
         for table, rows in self.tables.items():
@@ -51,17 +52,6 @@ class ChaosReport:
             for row in rows:
                 lines.append("| " + " | ".join(str(row.get(c, "")) for c in columns) + " |")
         return "\n".join(lines) + "\n"
-
-
-def _commit() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
-        )
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], check=False).returncode
-    return out.stdout.strip() + ("+dirty" if dirty else "")
 
 
 @pytest.fixture(scope="session")

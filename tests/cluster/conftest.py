@@ -6,7 +6,6 @@ the session writes the counted table as markdown, headed by the commit it was me
 """
 
 import os
-import subprocess
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ import pytest
 
 from tests.cluster.harness import Cluster, running_cluster
 from tests.cluster.network import PREFIX
+from tests.helpers import measured_commit
 
 FULL = os.environ.get("RUNBUS_JEPSEN") == "full"
 
@@ -26,18 +26,6 @@ N = TypeVar("N", int, float)
 
 def jepsen_size(short: N, full: N) -> N:
     return full if FULL else short
-
-
-def commit() -> str:
-    """The commit measured (`+dirty` when the tree differs from it)."""
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
-        )
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], check=False).returncode
-    return out.stdout.strip() + ("+dirty" if dirty else "")
 
 
 @dataclass
@@ -49,7 +37,7 @@ class ClusterReport:
         lines = [
             "# runbus on a three-node cluster, under faults",
             "",
-            f"Commit `{commit()}`, measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC with "
+            f"Commit `{measured_commit()}`, measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC with "
             f"`{'make jepsen' if FULL else 'make test'}` (tests/cluster): three hosts as "
             "network namespaces, each a nats-server node of deploy/nats/cluster.conf and "
             "runbus services, a fourth host for the client. Counts are per fault.",
