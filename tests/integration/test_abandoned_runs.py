@@ -39,9 +39,12 @@ def said(run_id: str, part: str, role: str = "user") -> ChatMessage:
     )
 
 
-async def run_on(bus: Bus, run_id: str, *, abandon: bool = False) -> list[str]:
+async def run_on(
+    bus: Bus, run_id: str, *, abandon: bool = False, closes: bool = False
+) -> list[str]:
     """Open the session as `run_id`, store its input and reply, release it (marked failed
-    for good with `abandon`); the ids the run loaded when it opened."""
+    for good with `abandon`, finished with `closes`); the ids the run loaded when it
+    opened."""
     opened = await bus.call(ops.SESSIONS_OPEN, SessionOpen(session_id="s1"), ctx=ctx(run_id))
     messages = [said(run_id, "in"), said(run_id, "a1", "assistant")]
     await bus.call(
@@ -51,6 +54,7 @@ async def run_on(bus: Bus, run_id: str, *, abandon: bool = False) -> list[str]:
             messages=messages,
             release=True,
             abandon=abandon,
+            closes=closes,
             incarnation=opened.record.incarnation,
         ),
         ctx=ctx(run_id),
@@ -125,3 +129,23 @@ async def test_the_next_prompt_carries_nothing_of_a_run_that_failed_for_good(
     last = [m.text for m in model.requests[-1].messages if m.role == "user"]
     assert last == ["first question", "third question"]
     assert "poison question" in [m.text for m in audit.messages]
+
+
+async def test_a_late_attempt_failing_a_run_that_closed_its_history_hides_none_of_it(
+    stack: Stack, nc: NATS
+) -> None:
+    # Two attempts of r-2 alive at once (a partition): one finished the run and closed its
+    # history; the other, cut off, then fails it for good and leaves an abandon marker.
+    bus = Bus(nc, trace.get_tracer("test"))
+    await run_on(bus, "r-1")
+    await run_on(bus, "r-2", closes=True)
+    await bus.call(
+        ops.HISTORY_APPEND,
+        HistoryAppend(session_id="s1", messages=[], release=True, abandon=True),
+        ctx=ctx("r-2"),
+    )
+    seen_by_r3 = await run_on(bus, "r-3")
+    exported = await bus.call(ops.SESSIONS_EXPORT, SessionExport(session_id="s1"), ctx=ctx("x"))
+
+    assert seen_by_r3 == ["r-1:in", "r-1:a1", "r-2:in", "r-2:a1"]
+    assert exported.document.abandoned_runs == []

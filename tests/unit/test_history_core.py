@@ -6,7 +6,14 @@ from runbus.history_batches import messages_to_store
 from runbus.messages import ChatMessage, Source, TextContent
 from runbus.messages.history import HistoryCompaction, StoredBatch
 from runbus.messages.sessions import SessionRecord
-from runbus_history.core import appendable, document_history, live_run, loaded, new_incarnation
+from runbus_history.core import (
+    abandoned_runs,
+    appendable,
+    document_history,
+    live_run,
+    loaded,
+    new_incarnation,
+)
 
 
 def message(message_id: str, text: str = "hi", source: Source = "external") -> ChatMessage:
@@ -114,3 +121,26 @@ def test_an_export_holds_only_its_incarnations_messages_and_compactions_unstampe
     assert [m.message_id for m in messages] == ["a", "b"]
     assert [(c.after, c.compaction.messages[0].message_id) for c in placed] == [(1, "sum")]
     assert placed[0].compaction.incarnation == ""
+
+
+def test_an_abandon_marker_of_a_run_that_closed_its_history_hides_none_of_it() -> None:
+    # Two attempts of run r2 alive at once: one cut off fails it for good, the other finishes
+    # it — in either order, the finished run's transcript stays in the session.
+    closed = StoredBatch(messages=[message("r2:in0"), message("r2:m0")], closed_run="r2")
+    marker = StoredBatch(messages=[], abandoned_run="r2")
+    earlier = StoredBatch(messages=[message("r1:in0")])
+    for batches in ([earlier, closed, marker], [earlier, marker, closed]):
+        assert [m.message_id for m in loaded(batches)] == ["r1:in0", "r2:in0", "r2:m0"]
+        assert abandoned_runs(batches) == []
+
+
+def test_an_abandon_marker_hides_a_run_that_never_closed_its_history() -> None:
+    batches = [
+        StoredBatch(messages=[message("r1:in0")], closed_run="r1"),
+        StoredBatch(messages=[message("r2:in0")]),
+        StoredBatch(messages=[], abandoned_run="r2"),
+    ]
+
+    assert [m.message_id for m in loaded(batches)] == ["r1:in0"]
+    assert abandoned_runs(batches) == ["r2"]
+    assert [m.message_id for m in loaded(batches, abandoned=True)] == ["r1:in0", "r2:in0"]

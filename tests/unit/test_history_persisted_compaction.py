@@ -66,6 +66,7 @@ class Stored:
         compaction: HistoryCompaction | None = None,
         history_end: int | None = None,
         incarnation: str = "",
+        closes: bool = False,
     ) -> int | None:
         """What history's `on_append` stores: the compaction, then the new messages."""
         keep, _ = messages_to_store(messages)

@@ -156,6 +156,8 @@ class RecordingPorts:
         )
         self.incarnations_told: list[str] = []
         self.releases: list[int | None] = []
+        self.closed: list[bool] = []
+        """Per release: whether it closed a run that finished (`HistoryAppend.closes`)."""
         self.event_ids: list[str] = []
         self._settled = 0
 
@@ -277,12 +279,14 @@ class RecordingPorts:
         compaction: HistoryCompaction | None = None,
         history_end: int | None = None,
         incarnation: str = "",
+        closes: bool = False,
     ) -> int | None:
         self.hops.append("append_history")
         self.ends_told.append(history_end)
         self.incarnations_told.append(incarnation)
         if release:
             self.releases.append(history_length)
+            self.closed.append(closes)
         await take_time(self.append_delay)
         if self.append_error is not None:
             raise self.append_error
@@ -538,6 +542,7 @@ async def test_a_run_of_small_steps_appends_its_history_once_at_its_end() -> Non
 
     assert ports.hops.count("append_history") == 1
     assert ports.releases == [6]
+    assert ports.closed == [True]
     assert ids(ports.appended) == [
         f"{RUN_ID}:in0",
         f"{RUN_ID}:m0",
@@ -963,6 +968,8 @@ async def test_a_run_that_fails_at_any_step_releases_its_session_before_it_fails
     assert fail in str(failed.value)
     assert len(ports.releases) == 1
     assert ports.hops[-1] in ("append_history", "store_memory")
+    # Only a run that got to its answer closes its history (memory is stored alongside).
+    assert ports.closed == [fail == "store_memory"]
 
 
 async def test_a_reply_with_more_tool_calls_than_the_agent_allows_fails_before_any_runs() -> None:

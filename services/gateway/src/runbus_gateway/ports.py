@@ -242,6 +242,7 @@ class BusPorts:
         history_end: int | None = None,
         incarnation: str = "",
         abandon: bool = False,
+        closes: bool = False,
     ) -> int | None:
         # A checkpoint goes straight into the history stream, with the persisted compaction it
         # carries; the release (a session record write) goes through the service, and so does
@@ -270,6 +271,7 @@ class BusPorts:
                 compaction=compaction,
                 incarnation=incarnation,
                 abandon=abandon,
+                closes=closes,
             ),
             ctx=ctx,
         )

@@ -62,7 +62,7 @@ def loaded(
     parts = [b.messages for b in mine]
     if compaction is not None:
         parts.insert(0, compaction.messages)
-    failed = () if abandoned else tuple(f"{b.abandoned_run}:" for b in mine if b.abandoned_run)
+    failed = () if abandoned else tuple(f"{run}:" for run in abandoned_runs(mine, incarnation))
     for messages in parts:
         for message in messages:
             if message.message_id in seen or (failed and message.message_id.startswith(failed)):
@@ -104,12 +104,12 @@ def document_history(
 
 
 def abandoned_runs(batches: list[StoredBatch], incarnation: str = "") -> list[str]:
-    """The runs `batches` mark as failed for good, for the session incarnation `incarnation`."""
-    return [
-        b.abandoned_run
-        for b in batches
-        if b.abandoned_run and of_incarnation(b.incarnation, incarnation)
-    ]
+    """The runs `batches` mark as failed for good, for the session incarnation `incarnation`:
+    not one that also closed its history (`StoredBatch.closed_run`), whichever came first —
+    the marker is then an attempt's that lost the race to the one that finished the run."""
+    mine = [b for b in batches if of_incarnation(b.incarnation, incarnation)]
+    closed = {b.closed_run for b in mine if b.closed_run}
+    return [b.abandoned_run for b in mine if b.abandoned_run and b.abandoned_run not in closed]
 
 
 def document_chunks(

@@ -272,7 +272,10 @@ class HistoryService(Service):
         stored, end = 0, None
         if to_store:
             subject = subjects.history_log(who.tenant, request.session_id)
-            data = BATCH_ENCODER.encode(StoredBatch(messages=to_store, incarnation=incarnation))
+            # The closing append of a run that finished marks the run closed.
+            closed = ctx.run_id if request.closes and not request.abandon else ""
+            batch = StoredBatch(messages=to_store, incarnation=incarnation, closed_run=closed)
+            data = BATCH_ENCODER.encode(batch)
             end = await store.append(self.nc, subject, data, batch_id(subject, to_store))
             stored, skipped = (len(to_store), skipped) if end else (0, len(request.messages))
         if request.abandon and ctx.run_id:

@@ -50,6 +50,10 @@ class HistoryAppend(Message, frozen=True, tag="history.append"):
     """The calling run (the `run_id` of the headers) failed for good: what it stored (its
     input, its replies so far) stays stored for audit and export, but no later load returns
     it, so the next run's prompt does not carry a failed run's leftovers."""
+    closes: bool = False
+    """With `release`: the run finished (its answer is next), so its messages are marked
+    closed (`StoredBatch.closed_run`): an abandon marker of the same run, left by an attempt
+    of it cut off meanwhile, never hides them."""
 
 
 class HistoryAppended(Message, frozen=True, tag="history.appended"):
@@ -101,6 +105,10 @@ class StoredBatch(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     abandoned_run: str = ""
     """A marker (no messages) stored when this run failed for good: a load that reads it
     leaves out every message of that run (ids `<run_id>:…`), wherever it was stored."""
+    closed_run: str = ""
+    """The run whose closing append (its last messages, with the session's release) this is:
+    a run that got this far made its whole transcript, so an abandon marker of the same run
+    (left by an attempt of it cut off meanwhile, `abandoned_run`) never hides its messages."""
 
 
 BATCH_ENCODER = msgspec.json.Encoder()

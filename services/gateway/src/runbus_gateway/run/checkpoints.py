@@ -117,8 +117,9 @@ class Checkpointer:
         if self._error is not None:
             raise self._error
 
-    async def close(self, history_length: int | None) -> None:
-        """Write what is pending and release the session's claim, in one append."""
+    async def close(self, history_length: int | None, *, finished: bool = False) -> None:
+        """Write what is pending and release the session's claim, in one append; `finished`:
+        the run's answer is next (its messages are marked closed, `HistoryAppend.closes`)."""
         if self._writer is not None:
             await self._writer
         if self._error is not None:
@@ -133,4 +134,5 @@ class Checkpointer:
             compaction=compaction,
             history_end=self.history_end,
             incarnation=self.incarnation,
+            closes=finished,
         )

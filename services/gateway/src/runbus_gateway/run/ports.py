@@ -100,8 +100,10 @@ class RunPorts(StatePort, Protocol):
         compaction: HistoryCompaction | None = None,
         history_end: int | None = None,
         incarnation: str = "",
+        closes: bool = False,
     ) -> int | None:
-        """Store `messages` (`release`: and release the session's claim). `history_end` is
+        """Store `messages` (`release`: and release the session's claim; `closes`: the run
+        finished, `HistoryAppend.closes`). `history_end` is
         where the session's stored batches end as far as the run knows (the last append's
         answer, or the session's as opened; None: unknown); the answer is where they end
         after this append, None when unknown. `incarnation` is the session's as opened: an

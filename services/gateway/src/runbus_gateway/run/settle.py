@@ -19,7 +19,7 @@ async def settle(run: Run, state: RunState, usage: Usage) -> RunCompleted:
     (the last message's, or what ended the run)."""
     # Both finish before a failure of either is reported: the release is never left behind.
     for outcome in await asyncio.gather(
-        state.checkpoints.close(history_length=state.history_length),
+        state.checkpoints.close(history_length=state.history_length, finished=True),
         *(p.after_run(state) for p in run.providers),
         return_exceptions=True,
     ):
