@@ -24,7 +24,7 @@ from runbus.messages.memory import (
     SearchScope,
 )
 
-from .catalog import MINILM_NAME
+from .catalog import MINILM_NAME, USE_NAME
 from .errors import (
     BadForget,
     BadTrustedProperty,
@@ -259,10 +259,11 @@ def distinct(
     return kept[:limit]
 
 
-RELEVANCE: Final[dict[str, float]] = {MINILM_NAME: 0.2}
+RELEVANCE: Final[dict[str, float]] = {MINILM_NAME: 0.2, USE_NAME: 0.25}
 """A search with no `min_score` leaves out hits below its embedder's threshold, chosen on the
-labelled evaluation set (`evaluation.choose_threshold` at top-5, `bench/memory_eval.py`). The
-`hashing` embedder matches words, not meaning: the same rule gives it none."""
+labelled evaluation set (`evaluation.choose_threshold` at top-5, `bench/memory_eval.py`): on its
+English queries for MiniLM, on all six languages for USE. The `hashing` embedder matches words,
+not meaning: the same rule gives it none."""
 
 
 def relevance_threshold(embedder: str, min_score: float | None) -> float | None:

@@ -1,6 +1,7 @@
 """The embedder interface, the lexical hashing embedder (tests, no model), the lazy wrapper
-that loads a model at its first use, and the choice of embedder from settings. The semantic
-default lives in `minilm.py`, the HTTP one in `remote.py`."""
+that loads a model at its first use, and the choice of embedder from settings. The packaged
+models live in `minilm.py` (English, the default) and `use.py` (multilingual), the HTTP one in
+`remote.py`."""
 
 import asyncio
 import hashlib
@@ -9,14 +10,14 @@ import math
 import re
 import time
 from collections.abc import Awaitable, Callable
-from typing import Protocol, assert_never
+from typing import Final, Protocol
 
 import structlog
 
 from runbus.progress import retrying
 from runbus.settings import Settings, SettingsError
 
-from .catalog import MINILM_DIMENSION, MINILM_NAME
+from .catalog import MINILM_DIMENSION, MINILM_NAME, USE_DIMENSION, USE_NAME
 from .errors import EmbedderUnavailable, VectorSizeMismatch
 
 log = structlog.get_logger()
@@ -125,6 +126,31 @@ async def _load_minilm() -> Embedder:
     return await MiniLMEmbedder.load()
 
 
+async def _load_use() -> Embedder:
+    from .use import USEEmbedder  # its 128k-piece vocabulary loads only when chosen and used
+
+    return await USEEmbedder.load()
+
+
+PACKAGED: Final[dict[str, tuple[str, int, Callable[[], Awaitable[Embedder]]]]] = {
+    "minilm": (MINILM_NAME, MINILM_DIMENSION, _load_minilm),
+    "use": (USE_NAME, USE_DIMENSION, _load_use),
+}
+"""`RUNBUS_EMBEDDER` values of the models inside runbus-memory's dependencies: model id,
+vector size, loader."""
+
+
+def packaged_embedder(choice: str) -> LazyEmbedder:
+    """The packaged model `choice` names, loaded at its first use."""
+    try:
+        name, dimension, load = PACKAGED[choice]
+    except KeyError:
+        raise SettingsError(
+            "RUNBUS_EMBEDDER", f"{choice!r} is not one of hashing, openai, {', '.join(PACKAGED)}"
+        ) from None
+    return LazyEmbedder(name, dimension, load)
+
+
 def embeddings_down(url: str | None) -> Callable[[Exception], str | None]:
     """The start-up reason of an embeddings server that does not answer (retried)."""
 
@@ -137,14 +163,12 @@ def embeddings_down(url: str | None) -> Callable[[Exception], str | None]:
 
 
 async def embedder_from_settings(settings: Settings) -> Embedder:
-    """The embedder `RUNBUS_EMBEDDER` names. MiniLM loads at its first use; the `openai` one
-    is asked once now for its vector size (so a wrong endpoint fails at start), and while its
-    server is down that is said and tried again."""
+    """The embedder `RUNBUS_EMBEDDER` names. A packaged model loads at its first use; the
+    `openai` one is asked once now for its vector size (so a wrong endpoint fails at start), and
+    while its server is down that is said and tried again."""
     match settings.embedder:
         case "hashing":
             return HashingEmbedder()
-        case "minilm":
-            return LazyEmbedder(MINILM_NAME, MINILM_DIMENSION, _load_minilm)
         case "openai":
             try:
                 from .remote import OpenAIEmbedder
@@ -164,5 +188,5 @@ async def embedder_from_settings(settings: Settings) -> Embedder:
                 ),
                 down=embeddings_down(settings.embeddings_url),
             )
-        case _:
-            assert_never(settings.embedder)
+        case packaged:
+            return packaged_embedder(packaged)

@@ -215,6 +215,20 @@ def score_recall(
     )
 
 
+def score_recall_by_language(
+    evaluation: EvalSet, ranked: list[list[tuple[str, float]]], k: int, threshold: float
+) -> dict[str, RecallScore]:
+    """`score_recall` of each language's queries, and of all (`"all"`)."""
+    scores = {"all": score_recall(evaluation, ranked, k, threshold)}
+    for lang in dict.fromkeys(q.lang for q in evaluation.recall):
+        picked = [i for i, q in enumerate(evaluation.recall) if q.lang == lang]
+        part = EvalSet(
+            evaluation.utterances, [evaluation.recall[i] for i in picked], evaluation.contradictions
+        )
+        scores[lang] = score_recall(part, [ranked[i] for i in picked], k, threshold)
+    return scores
+
+
 def choose_threshold(
     evaluation: EvalSet, ranked: list[list[tuple[str, float]]], k: int
 ) -> RecallScore:
@@ -228,8 +242,9 @@ THRESHOLDS: Final = [t / 100 for t in range(0, 61, 5)]
 CALIBRATION_LANGUAGES: Final[dict[str, tuple[str, ...]]] = {
     MINILM_NAME: ("en",),
 }
-"""The recall queries an embedder's threshold is chosen on: MiniLM is an English model, and on
-the other languages its scores do not tell relevant memories from the rest (bench)."""
+"""The recall queries an embedder's threshold is chosen on (an embedder not named: all of them,
+as for the multilingual USE): MiniLM is an English model, and on the other languages its scores
+do not tell relevant memories from the rest (bench)."""
 
 
 def calibration_set(evaluation: EvalSet, embedder: str) -> EvalSet:
