@@ -6,13 +6,15 @@
    SmolLM2-135M on llama.cpp, called through model_router on the bus with the prompt, schema
    and checks the memory service uses;
 2. recall@1/3/5 and the empty rate (queries with no relevant memory that get none) of each
-   embedder at its default threshold, and the threshold sweep the default was chosen from;
+   embedder at its default threshold, per language, and the threshold sweep the default was
+   chosen from; each packaged model's load time and time per embedding of one query;
 3. contradiction pairs superseded under the model policy (scripted and real).
 """
 
 import asyncio
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import nats
@@ -42,11 +44,13 @@ from runbus_memory.evaluation import (
     ranked_scores,
     rules_policy,
     score_recall,
+    score_recall_by_language,
     score_store,
     scripted_facts,
 )
 from runbus_memory.minilm import MiniLMEmbedder
 from runbus_memory.reconcile import OUTPUT, ExtractionInvalid, Fact, parse, plan, prompt
+from runbus_memory.use import USEEmbedder
 from runbus_model_router.config import parse_config
 
 CTX = RunContext(run_id="eval", agent="eval", props={"tenant": "eval", "user_id": "u"})
@@ -72,21 +76,11 @@ async def _recall(evaluation: EvalSet, embedder: Embedder) -> None:
     threshold = RELEVANCE.get(embedder.name, -1.0)
     shown = "none" if threshold < 0 else f"{threshold:.2f}"
     print(f"  {embedder.name} (default threshold {shown}):")
-    for group in (("en",), ("zh", "es", "de", "fr", "ja")):
-        part = EvalSet(
-            evaluation.utterances,
-            [q for q in evaluation.recall if q.lang in group],
-            evaluation.contradictions,
-        )
-        ranked_part = [r for q, r in zip(evaluation.recall, ranked, strict=True) if q.lang in group]
-        cells = "  ".join(
-            f"recall@{k} {score_recall(part, ranked_part, k, threshold).recall_at_k:4.2f}"
-            for k in (1, 3, 5)
-        )
-        empty = score_recall(part, ranked_part, 5, threshold).empty_rate
-        print(
-            f"    {'+'.join(group):<14} {cells}  empty {empty:4.2f}  ({len(part.recall)} queries)"
-        )
+    by_k = {k: score_recall_by_language(evaluation, ranked, k, threshold) for k in (1, 3, 5)}
+    for lang in by_k[5]:
+        cells = "  ".join(f"recall@{k} {by_k[k][lang].recall_at_k:4.2f}" for k in by_k)
+        queries = sum(lang in ("all", q.lang) for q in evaluation.recall)
+        print(f"    {lang:<4} {cells}  empty {by_k[5][lang].empty_rate:4.2f}  ({queries} queries)")
     calibration = calibration_set(evaluation, embedder.name)
     ranked_calibration = await ranked_scores(embedder, calibration)
     sweep = [score_recall(calibration, ranked_calibration, 5, t) for t in THRESHOLDS]
@@ -97,6 +91,24 @@ async def _recall(evaluation: EvalSet, embedder: Embedder) -> None:
         + "  ".join(f"{s.threshold:.2f}: {s.recall_at_k:.2f}/{s.empty_rate:.2f}" for s in sweep)
     )
     print(f"    chosen (2 x recall@5 + empty, lowest of ties): {chosen.threshold:.2f}")
+
+
+async def _loaded(load: Callable[[], Awaitable[Embedder]], evaluation: EvalSet) -> Embedder:
+    """The model, after printing its load time and the time to embed one query (median)."""
+    started = time.perf_counter()
+    embedder = await load()
+    took = time.perf_counter() - started
+    times = []
+    for query in evaluation.recall:
+        began = time.perf_counter()
+        await embedder.embed([query.query])
+        times.append(time.perf_counter() - began)
+    median = sorted(times)[len(times) // 2]
+    print(
+        f"  {embedder.name}: loads in {took:.2f} s; one query embeds in {median * 1000:.1f} ms "
+        f"(median of {len(times)})"
+    )
+    return embedder
 
 
 def _contradictions_scripted(evaluation: EvalSet) -> int:
@@ -198,8 +210,10 @@ async def run_benchmark(real_model: bool = True) -> None:
     if real_model:
         await _real_model(evaluation)
     print("recall (the user's memories: every labelled fact of the query's language):")
-    await _recall(evaluation, HashingEmbedder())
-    await _recall(evaluation, await MiniLMEmbedder.load())
+    minilm = await _loaded(MiniLMEmbedder.load, evaluation)
+    use = await _loaded(USEEmbedder.load, evaluation)
+    for embedder in (HashingEmbedder(), minilm, use):
+        await _recall(evaluation, embedder)
 
 
 if __name__ == "__main__":
