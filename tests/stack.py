@@ -274,6 +274,10 @@ async def start_stack(
                 {
                     "agents": agents or load_agents(AGENTS_DIR),
                     "verifier": TokenVerifier.from_file(),
+                    # A run failing `unavailable` fails for good after 4 deliveries (3.5 s of
+                    # backoff), not the 30 s a cluster election needs: tests of failures stay
+                    # quick (the default is tested in tests/unit/test_retry_window.py).
+                    "retry_window": 3.5,
                     **replicated,
                     **(gateway_options or {}),
                 },

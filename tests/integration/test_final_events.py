@@ -21,7 +21,6 @@ from runbus.messages.runs import RunGet
 from runbus.owners import Owner
 from runbus.tokens import TokenVerifier
 from runbus_examples import AGENTS_DIR
-from runbus_gateway import queue as run_queue
 from runbus_gateway.agents import load_agents
 from runbus_gateway.queue import RunQueue
 from runbus_gateway.run.events import FINAL
@@ -105,20 +104,23 @@ async def test_a_run_failed_for_good_releases_the_session_a_cut_off_attempt_clai
 ) -> None:
     # One attempt only: the next delivery finds every attempt spent, and fails the run for
     # good before it opens the session.
-    monkeypatch.setattr(run_queue, "MAX_ATTEMPTS", 1)
     model = GatedModel(weather_then_answer, hold={0})
     async with start_stack(
         nats_server.url,
         data_dir=tmp_path,
         agents=AGENTS,
         routes={"gated": model},
-        gateway_options={"ack_wait": 1.5},
+        gateway_options={"ack_wait": 1.5, "retry_window": 0},
     ) as stack:
         run_id = await alice.start("travel", "Weather?", session_id="held")
         await asyncio.wait_for(model.reached.wait(), 10)  # the session is claimed
         cut_off = stack.services["gateway"]
         await stack.start_service(
-            GatewayService, agents=AGENTS, verifier=TokenVerifier.from_file(), ack_wait=1.5
+            GatewayService,
+            agents=AGENTS,
+            verifier=TokenVerifier.from_file(),
+            ack_wait=1.5,
+            retry_window=0,
         )
         await cut_off.nc.close()  # no ack, no release reaches NATS
         finals = await _finals(alice, run_id)

@@ -70,6 +70,11 @@ class Delivery:
             self.settled = True
             await self.msg.term()
 
+    def leave(self) -> None:
+        """Neither ack nor nak: a later delivery of the same message holds it now (the server
+        gave up on this one), and only that one may settle it."""
+        self.settled = True
+
     async def in_progress(self) -> None:
         if not self.settled:
             await self.msg.in_progress()

@@ -75,6 +75,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     each of its runs every third of it (shorter: quicker resume, more confirmations, and a
     stalled gateway's runs taken over sooner). Every replica should use the same value: the
     one that starts last sets it."""
+    run_retry_window: Annotated[float, msgspec.Meta(ge=0, le=3600)] = 30.0
+    """Gateway: seconds of backoff over which a run failing `unavailable` (NATS, JetStream or
+    a service out of reach) is delivered again before it fails for good: long enough for a
+    cluster to elect new leaders (about 20 s), so a node lost or a partition does not fail
+    the runs it caught. The deliveries it allows (0.5 s, 1 s, 2 s, … apart) also bound how
+    often a run whose gateway keeps dying is tried before it is dead-lettered."""
     request_timeout: Annotated[float, msgspec.Meta(gt=0)] = 30.0
     """Seconds one request/reply hop may take (capped by the deadline)."""
     history_max_age: Annotated[float, msgspec.Meta(ge=0)] = 0.0

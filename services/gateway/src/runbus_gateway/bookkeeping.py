@@ -20,12 +20,26 @@ from runbus.tokens import Principal
 from .agents import AgentSpec
 from .errors import DeadLettered, RunCancelled
 from .harness.user_errors import user_error
+from .pauses import Pauses
 from .ports import BusPorts
 from .run.events import FINAL, RunEvents
+from .run.pause import Superseded, check_current
 from .runs import DEAD_LETTERED, RETRYABLE, RunRecords
 
-MAX_ATTEMPTS: Final = 4
-"""Deliveries that may run; one more delivery only moves the request to the dead letters."""
+RETRY_WINDOW: Final = 30.0
+"""Seconds of backoff a run failing `unavailable` is retried over (`run_retry_window`)."""
+
+
+def attempts_within(window: float) -> int:
+    """Deliveries that may run when retries back off over `window` seconds (0.5 s, 1 s, 2 s,
+    … apart): the fewest whose backoffs add up to it. One more delivery only moves the
+    request to the dead letters."""
+    attempts, waited = 1, 0.0
+    while waited < window:
+        waited += backoff(attempts)
+        attempts += 1
+    return attempts
+
 
 log = structlog.get_logger()
 
@@ -40,12 +54,22 @@ class EndedEarlier(Exception):
 
 class RunBook:
     def __init__(
-        self, bus: Bus, ports: BusPorts, records: RunRecords, agents: dict[str, AgentSpec]
+        self,
+        bus: Bus,
+        ports: BusPorts,
+        records: RunRecords,
+        agents: dict[str, AgentSpec],
+        *,
+        retry_window: float = RETRY_WINDOW,
     ) -> None:
+        self.max_attempts = attempts_within(retry_window)
+        """Deliveries that may run (`attempts_within`)."""
         self.bus = bus
         self.ports = ports
         self.records = records
         self.agents = agents
+        self.pauses = Pauses(ports.approvals.bucket.kv)
+        """Where each delivery after the first fences the earlier ones (`Pauses.fence`)."""
 
     async def completed(self, ctx: h.RunContext, record: RunRecord, done: RunCompleted) -> None:
         """The final event, then the record; both stored before the request is acked. When
@@ -108,8 +132,13 @@ class RunBook:
                 redone=True,
             )
             return
+        if isinstance(exc, Superseded) or await self._superseded(delivery, run_id, principal):
+            # Another delivery runs it now: this one neither retries nor ends it.
+            log.info("run_superseded", run_id=run_id, attempt=delivery.attempt, error=repr(exc))
+            delivery.leave()
+            return
         retry = as_runbus_error(exc).to_info().code in RETRYABLE
-        retry = retry and delivery.attempt < MAX_ATTEMPTS
+        retry = retry and delivery.attempt < self.max_attempts
         error = handle_failure(
             exc,
             log,
@@ -134,6 +163,23 @@ class RunBook:
                 record = await self.records.set_status(record, status, error=info)
         dead = code in DEAD_LETTERED or isinstance(error, DeadLettered)
         await self._end(delivery, agent, run_id, principal, record, info, dead, error.message)
+
+    async def _superseded(
+        self, delivery: Delivery, run_id: str, principal: Principal | None
+    ) -> bool:
+        """Whether a later delivery of the run has started (read once, on a failure only): an
+        earlier one's retry would run it twice at once, and its ending would end a run that
+        goes on. Unknown (the read failed) counts as not."""
+        if principal is None or not is_identifier(run_id):
+            return False
+        try:
+            found = await self.pauses.get(Owner(principal.tenant, principal.user_id), run_id)
+            check_current(found, run_id, delivery.attempt)
+        except Superseded:
+            return True
+        except Exception:
+            return False
+        return False
 
     async def _end(
         self,

@@ -178,7 +178,12 @@ class LocalRun:
         if self.cancelled():
             raise RunCancelled(self.run_id)
         pause = (
-            PausePoint(Pauses(ports.approvals.bucket.kv), self.owner, self.on_paused)
+            PausePoint(
+                Pauses(ports.approvals.bucket.kv),
+                self.owner,
+                self.on_paused,
+                attempt=self.record.attempts,
+            )
             if isinstance(ports, BusPorts)
             else None
         )

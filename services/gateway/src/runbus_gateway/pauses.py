@@ -7,6 +7,9 @@ it has not stored yet (the model's reply whose calls have not run) and waits on 
 call waits for an approval; `runs.edit` changes that reply (checked as the model's output is)
 and `runs.resume` writes `resumed`. The record outlives the gateway: a run redelivered after a
 restart reaches the same boundary, finds it `paused` and waits again with the same reply.
+
+The same record fences a run's deliveries (`fence`): each one after the first writes its
+number, and an earlier one the server gave up on, still going, stops at its next boundary.
 """
 
 import contextlib
@@ -57,6 +60,7 @@ class Pauses:
                 user_id=owner.user_id,
                 generation=1 if found is None else found.generation + 1,
                 requested_at=time.time(),
+                attempt=0 if found is None else found.attempt,
             )
 
         written = await self.bucket.change(pause_key(owner, run_id), ask, attempts=ATTEMPTS)
@@ -65,6 +69,28 @@ class Pauses:
         found = await self.get(owner, run_id)
         assert found is not None
         return found
+
+    async def fence(self, owner: Owner, run_id: str, attempt: int) -> None:
+        """Delivery `attempt` of the run (after the first) has started: any earlier delivery
+        still going stops at its next boundary (`PauseRecord.attempt`). The run's next boundary
+        reads this key anyway (a pause), so a first delivery pays nothing for it."""
+
+        def later(found: PauseRecord | None) -> PauseRecord | None:
+            if found is None:
+                # No pause: a record that only fences (`resumed` is what no pause reads as).
+                return PauseRecord(
+                    run_id=run_id,
+                    tenant=owner.tenant,
+                    user_id=owner.user_id,
+                    status="resumed",
+                    generation=0,
+                    attempt=attempt,
+                )
+            if found.attempt >= attempt:
+                return None
+            return msgspec.structs.replace(found, attempt=attempt)
+
+        await self.bucket.change(pause_key(owner, run_id), later, attempts=ATTEMPTS)
 
     async def reach(
         self,
@@ -118,7 +144,7 @@ class Pauses:
 
         def change(found: PauseRecord | None) -> PauseRecord:
             if found is None or found.status != "paused":
-                raise NotPaused(run_id, "no pause" if found is None else found.status)
+                raise NotPaused(run_id, _status(found))
             return edited(found, edit)
 
         written = await self.bucket.change(pause_key(owner, run_id), change, attempts=ATTEMPTS)
@@ -130,9 +156,13 @@ class Pauses:
 
         def change(found: PauseRecord | None) -> PauseRecord:
             if found is None or found.status == "resumed":
-                raise NotPaused(run_id, "no pause" if found is None else found.status)
+                raise NotPaused(run_id, _status(found))
             return msgspec.structs.replace(found, status="resumed")
 
         written = await self.bucket.change(pause_key(owner, run_id), change, attempts=ATTEMPTS)
         assert written is not None
         return written
+
+
+def _status(found: PauseRecord | None) -> str:
+    return found.status if found is not None and found.asked else "no pause"

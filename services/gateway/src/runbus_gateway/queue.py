@@ -25,7 +25,7 @@ from runbus.messages.runs import RUN_REQUEST_DECODER, RunRecord
 from runbus.tokens import Principal, TokenVerifier, is_run_msg_id, msg_run_id
 
 from .agents import AgentSpec
-from .bookkeeping import MAX_ATTEMPTS, EndedEarlier, RunBook
+from .bookkeeping import EndedEarlier, RunBook
 from .errors import (
     AgentMismatch,
     DeadLettered,
@@ -117,7 +117,7 @@ class RunQueue:
     async def on_run(self, delivery: Delivery) -> None:
         """One delivery of a run request: admit, execute (or resume), book the outcome.
 
-        A retryable failure is redelivered with backoff; after MAX_ATTEMPTS the request moves
+        A retryable failure is redelivered with backoff; after `book.max_attempts` it moves
         to the dead letters with its error and the run fails. Every other failure is final.
         """
         run_id = msg_run_id(delivery.headers.get(h.MSG_ID, ""))
@@ -131,6 +131,10 @@ class RunQueue:
             run_id = request.run_id
             earlier = await self._earlier(delivery, principal, run_id)
             run = await self._admitted(delivery, request, principal, earlier)
+            if delivery.attempt > 1:
+                # An earlier delivery the server gave up on may still be going: it stops at
+                # its next boundary (run/pause.py).
+                await self.book.pauses.fence(run.owner, run.run_id, delivery.attempt)
             await self._may_run(delivery, run, earlier)
             with self.runs.holding(run.owner, run.run_id, run):
                 await run.take_tenant_slot()
@@ -219,7 +223,7 @@ class RunQueue:
             parent = await self.records.get(owner.tenant, owner.user_id, parent_id)
             if parent is not None and parent.status in ("cancelled", "failed"):
                 raise RunCancelled(run.run_id)
-        if delivery.attempt > MAX_ATTEMPTS:
+        if delivery.attempt > self.book.max_attempts:
             raise DeadLettered(delivery.attempt - 1, "the gateway stopped during every attempt")
         if self.runs.cancelled(owner, run.run_id):
             # Its cancel came after the reads above, before the run is held (nothing awaits

@@ -68,7 +68,7 @@ class RunControl:
     async def pending(self, principal: Principal, request: RunPendingGet) -> RunPending:
         record = await self._live(principal, request.run_id)
         pause = await self.pauses.get(Owner(principal.tenant, principal.user_id), record.run_id)
-        if pause is None:
+        if pause is None or not pause.asked:
             raise NotPaused(request.run_id, record.status)
         return pause.pending()
 

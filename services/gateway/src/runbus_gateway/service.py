@@ -24,7 +24,7 @@ from runbus.tokens import TokenVerifier
 from .agents import AgentSpec, load_agents
 from .api import ClientApi
 from .approvals import Approvals
-from .bookkeeping import RunBook
+from .bookkeeping import RETRY_WINDOW, RunBook
 from .local_run import LocalRun, Slots
 from .ports import BusPorts
 from .queue import DUPLICATE_WINDOW, RunQueue, run_consumer, run_streams
@@ -54,6 +54,7 @@ class GatewayService(Service):
         run_timeout: float = 300.0,
         replicas: int = 1,
         ack_wait: float = ACK_WAIT,
+        retry_window: float = RETRY_WINDOW,
         stop_grace: float = STOP_GRACE,
         tenant_limits: TenantLimits | None = None,
         duplicate_window: float = DUPLICATE_WINDOW,
@@ -62,6 +63,8 @@ class GatewayService(Service):
         super().__init__(nc, options=options)
         self.ack_wait = ack_wait
         """Seconds without a heartbeat after which JetStream gives a run to another replica."""
+        self.retry_window = retry_window
+        """Seconds of backoff a run failing `unavailable` is retried over."""
         self.stop_grace = stop_grace
         self.duplicate_window = duplicate_window
         """Seconds JetStream drops a run request whose `Nats-Msg-Id` (= run id) it has seen."""
@@ -99,6 +102,7 @@ class GatewayService(Service):
             run_concurrency=settings.run_concurrency,
             run_timeout=settings.run_timeout,
             ack_wait=settings.run_ack_wait,
+            retry_window=settings.run_retry_window,
             replicas=settings.stream_replicas,
             tenant_limits=limits,
             options=ServiceOptions(
@@ -130,7 +134,7 @@ class GatewayService(Service):
             records=records,
             tenants=tenants,
             ports=ports,
-            book=RunBook(self.bus, ports, records, self.agents),
+            book=RunBook(self.bus, ports, records, self.agents, retry_window=self.retry_window),
             runs=self.runs,
             slots=self.slots,
             run_timeout=self.run_timeout,

@@ -13,7 +13,7 @@ from ..agents import AgentSpec
 from .admit import refuse, stamp_input
 from .checkpoints import Checkpointer
 from .events import RunEvents
-from .pause import PausePoint
+from .pause import PausePoint, Superseded
 from .ports import RunPorts
 from .settle import release, settle
 from .start import start
@@ -52,6 +52,8 @@ async def execute_run(
         )
         # What its child runs (agents called as tools) used is the run's too.
         usage = await run_steps(run, state) + run.toolsets.child_usage()
+    except Superseded:
+        raise  # the run goes on in a later delivery, which holds the session now
     except BaseException:
         await release(checkpoints, state)
         raise

@@ -51,6 +51,15 @@ class PauseRecord(msgspec.Struct, frozen=True, kw_only=True):
     """The run's tools the reply calls: their schemas check an edit's arguments."""
     requested_at: float = 0.0
     paused_at: float = 0.0
+    attempt: int = 0
+    """The latest delivery of the run that started (written by each delivery after the
+    first, `Pauses.fence`): an earlier delivery still going — cut off by a partition or a
+    pause, and given up on by the server — stops at its next boundary (`Superseded`)."""
+
+    @property
+    def asked(self) -> bool:
+        """A pause was asked for (a record that only fences deliveries has none)."""
+        return self.generation > 0
 
     def pending(self) -> RunPending:
         return RunPending(
@@ -65,6 +74,24 @@ class PauseRecord(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def calls(self) -> list[FunctionCallContent]:
         return [] if self.reply is None else self.reply.function_calls
+
+
+class Superseded(Exception):
+    """This delivery of the run was given up on by the server (cut off, paused) and a later
+    one took the run over: it stops where it stands and writes nothing more — no history, no
+    ending, no ack. The later one goes on from what is stored."""
+
+    def __init__(self, run_id: str, attempt: int, latest: int) -> None:
+        super().__init__(f"run {run_id!r}: delivery {attempt} was superseded by delivery {latest}")
+        self.run_id = run_id
+        self.attempt = attempt
+        self.latest = latest
+
+
+def check_current(record: PauseRecord | None, run_id: str, attempt: int) -> None:
+    """`Superseded` if a later delivery of the run than `attempt` has started."""
+    if record is not None and record.attempt > attempt:
+        raise Superseded(run_id, attempt, record.attempt)
 
 
 class NotPaused(Conflict):
@@ -174,6 +201,14 @@ class PausePoint:
     pauses: PauseStore
     owner: Owner
     on_paused: OnPaused
+    attempt: int = 1
+    """This delivery's number: a later one's start stops this one (`Superseded`)."""
+
+    async def current(self, run_id: str) -> None:
+        """`Superseded` if a later delivery took the run over: asked before the step's calls
+        run (their events stored first) and before the run's history is closed, where a
+        delivery the server gave up on would act twice or write over the later one's."""
+        check_current(await self.pauses.get(self.owner, run_id), run_id, self.attempt)
 
     async def at(
         self,
@@ -191,6 +226,7 @@ class PausePoint:
         `recorded`: ids of the messages the run has made so far."""
         run_id = events.run_id
         found = await self.pauses.get(self.owner, run_id)
+        check_current(found, run_id, self.attempt)
         if found is None:
             return None
         if found.status == "resumed":

@@ -17,6 +17,10 @@ from .state import RunState
 async def settle(run: Run, state: RunState, usage: Usage) -> RunCompleted:
     """Store and release, then the answer: the response as the caller reads it, and its text
     (the last message's, or what ended the run)."""
+    if run.pause is not None:
+        # A delivery the server gave up on never closes the history of the one that took
+        # the run over, nor answers for it.
+        await run.pause.current(state.run_id)
     # Both finish before a failure of either is reported: the release is never left behind.
     for outcome in await asyncio.gather(
         state.checkpoints.close(history_length=state.history_length, finished=True),

@@ -125,6 +125,10 @@ async def _steps(run: Run, state: RunState) -> Usage:
         client = await run.toolsets.hand_over(calls)
         if not await run.events.tool_calls(calls, client, await state.checkpoints.checkpoint()):
             await state.checkpoints.flush()
+        if run.pause is not None:
+            # Read once the calls are stored: a later delivery that started before this read
+            # is stopped here; one that starts after it resumes from these very calls.
+            await run.pause.current(state.run_id)
         results, terminated = await run_tools(run.toolsets, calls, first_send=first_send)
         await run.events.tool_results(results)
         tool_message = ChatMessage(
