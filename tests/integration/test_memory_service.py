@@ -27,7 +27,6 @@ from runbus.messages.memory import (
 )
 from runbus.ops import Op
 from runbus_memory.embedder import HashingEmbedder
-from runbus_memory.errors import EmbedderMismatch
 from runbus_memory.remote import OpenAIEmbedder
 from runbus_memory.service import MemoryService
 from tests.helpers import eventually
@@ -338,7 +337,7 @@ async def test_vectors_of_the_wrong_size_from_a_misconfigured_embedder_store_not
         assert await memory.listed() == [WINDOW_SEAT]
 
 
-async def test_a_memory_service_with_another_embedder_than_its_store_refuses_to_start(
+async def test_a_memory_service_with_another_embedder_than_its_shard_embeds_its_memories_again(
     deployment: Deployment,
 ) -> None:
     async with embeddings_provider() as provider:
@@ -347,10 +346,11 @@ async def test_a_memory_service_with_another_embedder_than_its_store_refuses_to_
         await (await deployment.client()).store(ALICE, WINDOW_SEAT)
         await deployment.stop(first)
 
-        with pytest.raises(EmbedderMismatch) as raised:
-            await deployment.start(embedder=HashingEmbedder())
+    await deployment.start(embedder=HashingEmbedder(256))
+    memory = await deployment.client()
 
-    assert (raised.value.existing, raised.value.configured) == ("loopback-embed", "hashing")
+    assert await memory.search(ALICE) == [WINDOW_SEAT]
+    assert (await memory.stats()).dimension == 256
 
 
 # -- writes off the run's path ---------------------------------------------------------------

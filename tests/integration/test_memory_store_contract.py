@@ -407,6 +407,18 @@ async def test_reopening_with_another_embedder_of_the_same_size_fails_and_keeps_
     ]
 
 
+async def test_reopening_with_another_embedder_of_another_size_names_both_embedders(
+    adapter: Adapter,
+) -> None:
+    store = await adapter.open(embedder="model-a")
+    await remember(store, ALICE_S1, WINDOW_SEAT)
+
+    with pytest.raises(EmbedderMismatch) as raised:
+        await adapter.reopen(store, dimension=DIMENSION * 2, embedder="model-b")
+
+    assert (raised.value.existing, raised.value.configured) == ("model-a", "model-b")
+
+
 async def test_memories_from_before_embedders_were_recorded_are_taken_as_hashing(
     adapter: Adapter,
 ) -> None:

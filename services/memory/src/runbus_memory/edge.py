@@ -77,6 +77,10 @@ class EdgeStore:
         `embedder` names the model of the vectors; a shard made by another one is refused.
         `flush_interval`: seconds an upsert may wait for its fsync; 0 flushes every write.
         """
+        if embedder is not None:  # named first: after a change of RUNBUS_EMBEDDER, what to set
+            recorded = await asyncio.to_thread(_marked_embedder, path)
+            if recorded not in (None, embedder):
+                raise EmbedderMismatch(str(path), str(recorded), embedder)
         shard = await asyncio.to_thread(_open_shard, path, dimension)
         try:
             if embedder is not None:
@@ -168,7 +172,7 @@ class EdgeStore:
 def _open_shard(path: Path, dimension: int) -> EdgeShard:
     config = EdgeConfig(vectors=EdgeVectorParams(size=dimension, distance=Distance.Cosine))
     if (path / CONFIG_FILE).exists():
-        existing = _persisted_size(path)
+        existing = persisted_size(path)
         if existing is not None and existing != dimension:
             raise VectorSizeMismatch(str(path), existing, dimension)
         # Passing the config makes the engine check it against the segments on disk too.
@@ -196,6 +200,15 @@ def _filter(match: Match, memory_ids: list[str] | None = None, *, active: bool =
     return Filter(must=must, must_not=must_not)  # type: ignore[arg-type]  # invariant list
 
 
+def _marked_embedder(path: Path) -> str | None:
+    """The embedder the marker beside the shard names, if there is one."""
+    try:
+        recorded = json.loads((path / EMBEDDER_FILE).read_text()).get(EMBEDDER_KEY)
+    except (OSError, ValueError, AttributeError):
+        return None
+    return None if recorded is None else str(recorded)
+
+
 def _check_embedder(shard: EdgeShard, path: Path, embedder: str) -> None:
     marker = path / EMBEDDER_FILE
     try:
@@ -208,7 +221,7 @@ def _check_embedder(shard: EdgeShard, path: Path, embedder: str) -> None:
         marker.write_text(json.dumps({EMBEDDER_KEY: embedder}) + "\n")
 
 
-def _persisted_size(path: Path) -> int | None:
+def persisted_size(path: Path) -> int | None:
     """Vector size the shard was created with, or None when the file does not say."""
     try:
         persisted = json.loads((path / CONFIG_FILE).read_text())

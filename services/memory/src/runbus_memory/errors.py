@@ -168,3 +168,12 @@ class StoreNotConfigured(MemoryError_):
 
     def __init__(self) -> None:
         super().__init__("memory needs a store, a Qdrant URL (RUNBUS_QDRANT_URL) or a data dir")
+
+
+class StoreUnreadable(MemoryError_):
+    """A shard on disk cannot be opened as it is (its memories to be embedded again)."""
+
+    def __init__(self, store: str, reason: str) -> None:
+        super().__init__(f"memory store {store!r} cannot be read: {reason}")
+        self.store = store
+        self.reason = reason

@@ -53,13 +53,14 @@ class QdrantClientStore:
             info = await self.client.get_collection(self.collection)
             params = info.config.params.vectors
             size = params.size if isinstance(params, models.VectorParams) else None
-            if size != self.dimension:
-                raise VectorSizeMismatch(self.collection, size or 0, self.dimension)
             recorded = (info.config.metadata or {}).get(EMBEDDER_KEY)
             if recorded is None and (info.points_count or 0) > 0:
                 recorded = UNRECORDED_EMBEDDER
+            # The model is named first: after a change of RUNBUS_EMBEDDER it says what to set.
             if embedder is not None and recorded not in (None, embedder):
                 raise EmbedderMismatch(self.collection, str(recorded), embedder)
+            if size != self.dimension:
+                raise VectorSizeMismatch(self.collection, size or 0, self.dimension)
             if embedder is not None and recorded is None:
                 await self.client.update_collection(
                     self.collection, metadata={EMBEDDER_KEY: embedder}

@@ -59,10 +59,10 @@ from .core import (
     search_match,
     tool_search,
 )
-from .edge import EdgeStore
 from .embedder import Embedder, LazyEmbedder, embedder_from_settings
 from .errors import FindOutsideOwnScope, StoreNotConfigured
 from .memories import Memories
+from .reembed import open_edge
 from .stores import MemoryStore as Store
 
 WRITES_MAX_AGE: Final = 7 * 24 * 3600.0
@@ -217,7 +217,9 @@ class MemoryService(Service):
             return await QdrantClientStore.open(dimension, url=self.qdrant_url, embedder=embedder)
         if self.data_dir is None:
             raise StoreNotConfigured()
-        return await EdgeStore.open(self.data_dir, dimension, embedder=embedder)
+        assert self.embedder is not None
+        # A shard another embedder made has its memories embedded again (reembed.py).
+        return await open_edge(self.data_dir, self.embedder)
 
     def _store_down(self, exc: Exception) -> str | None:
         """Why a Qdrant server cannot be used yet, if it is unreachable (retried); None for a
