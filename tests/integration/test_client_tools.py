@@ -19,9 +19,10 @@ from runbus.messages import (
     RunToolCall,
     ToolSpec,
 )
-from runbus.messages.runs import ClientToolAnswer, RunCancel, RunGet
+from runbus.messages.runs import ClientToolAnswer, RunCancel, RunGet, RunRecord
 from runbus_examples import AGENTS_DIR
 from runbus_gateway.agents import load_agents
+from tests.helpers import eventually
 from tests.models import GatedModel, call, text
 from tests.stack import SecuredNats, Stack, start_stack
 
@@ -84,7 +85,13 @@ async def test_a_client_tool_call_waits_across_a_restart_and_the_answer_resumes_
             "travel", "Weather here?", session_id="device", client_tools=[LOCAL_WEATHER]
         )
         handed = await client_call(alice, run_id)
-        waiting = await alice.call(ops.API_RUNS_GET, RunGet(run_id=run_id))
+
+        async def waiting_for_the_client() -> RunRecord | None:
+            record = (await alice.call(ops.API_RUNS_GET, RunGet(run_id=run_id))).record
+            return record if record.status == "waiting_approval" else None
+
+        # The call event is stored before the run starts waiting (and says so).
+        waiting = await eventually(waiting_for_the_client, what="the run waiting for the client")
     # Every service is gone; the call is checkpointed in history, pending in KV.
     async with stack(nats_server, tmp_path / "b", model):
         await alice.call(
@@ -100,7 +107,8 @@ async def test_a_client_tool_call_waits_across_a_restart_and_the_answer_resumes_
         history = await alice.call(ops.HISTORY_LOAD, HistoryLoad(session_id="device"))
 
     assert (handed.call.name, handed.client, handed.client_calls) == ("local_weather", True, 1)
-    assert waiting.record.status == "waiting_approval"
+    assert waiting is not None
+    assert waiting.status == "waiting_approval"
     assert isinstance(ended, RunCompleted)
     assert ended.text == "Where you are: 18°C, light rain"
     # One model call asked for the tool, one read its answer: nothing was asked twice.

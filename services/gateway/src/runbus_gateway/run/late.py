@@ -11,11 +11,16 @@ RESUME_WITHIN: Final = 30.0
 delivery."""
 
 
-def hand_back_if_late(ctx: RunContext, waited_for: str) -> None:
+def hand_back_if_late(ctx: RunContext, waited_for: str, *, had: float | None = None) -> None:
     """Raise `Unavailable` (retried: a new delivery) when under `RESUME_WITHIN` seconds of
     the run's deadline are left. What the person decided is stored where the next delivery
-    finds it (the pause record, the approval record), so nothing is asked twice."""
+    finds it (the pause record, the approval record), so nothing is asked twice. `had`: the
+    seconds left when the wait began, if known; a wait that began with too little time left
+    already (a run timeout under `RESUME_WITHIN`, or a delivery reading a stored answer)
+    gives nothing back."""
     left = ctx.time_left()
+    if had is not None and had < RESUME_WITHIN:
+        return
     if left is not None and left < RESUME_WITHIN:
         raise Unavailable(
             f"run {ctx.run_id!r} waited for {waited_for} past its deadline; it goes on anew"

@@ -215,12 +215,17 @@ class ClientTools:
         self.waiting.add(call.call_id)
         if self.on_waiting is not None:
             await self.on_waiting(True)
+        had = self.ctx.time_left()
         try:
             result = await self.ports.await_client(self.ctx, call)
         finally:
             if self.on_waiting is not None:
                 await self.on_waiting(False)
             self.waiting.discard(call.call_id)
+        # Answered so late that the run could not finish its next steps in this delivery:
+        # the answer is stored with the call, and a delivery with a deadline of its own reads
+        # it at once (and, having had time, does not hand back again).
+        hand_back_if_late(self.ctx, "its client", had=had)
         # The client's output is data from outside, like any tool's (`untrusted`).
         return ToolInvoked(result=result)
 
