@@ -42,7 +42,11 @@ class Counts:
     but the stream does not hold."""
     duplicated: list[str] = field(default_factory=list)
     after_final: list[str] = field(default_factory=list)
-    """Runs with events after their final one: work done again once the run had ended."""
+    """Runs with events after their final one other than text: work done once the run had
+    ended (a step, a call, a result, another ending)."""
+    text_after_final: list[str] = field(default_factory=list)
+    """Runs whose only events after their final one are text deltas: a model reply that was
+    already streaming when its delivery was cut off (clients stop at the final event)."""
     double_bookings: list[str] = field(default_factory=list)
     bookings_missing: list[str] = field(default_factory=list)
     """Completed runs whose booking no ledger holds."""
@@ -69,6 +73,7 @@ class Counts:
             "lost": self.lost,
             "duplicated": self.duplicated,
             "events after the final one": self.after_final,
+            "text after the final one": self.text_after_final,
             "double bookings": self.double_bookings,
             "invalid histories": self.invalid_histories,
             "sessions left claimed": self.claimed,
@@ -88,6 +93,7 @@ class Counts:
             "lost": len(self.lost),
             "duplicated": len(self.duplicated),
             "events after final": len(self.after_final),
+            "text after final": len(self.text_after_final),
             "double bookings": len(self.double_bookings),
             "histories valid": f"{self.histories_valid}/{self.completed}",
             "sessions left claimed": len(self.claimed),
@@ -296,7 +302,9 @@ async def check(
         kinds_all = [EVENT.decode(data).type for data in events[run.run_id]]
         if kinds and kinds_all[-1] not in TERMINAL:
             after = kinds_all[kinds_all.index(kinds[0]) + 1 :]
-            counts.after_final.append(f"{run.run_id} ({', '.join(after)})")
+            only_text = set(after) == {"run.text_delta"}
+            late = counts.text_after_final if only_text else counts.after_final
+            late.append(f"{run.run_id} ({', '.join(after)})")
         if made[run.run_id] > 1:
             counts.double_bookings.append(f"{run.run_id} ({made[run.run_id]} bookings)")
         for data in have[run.run_id][:1]:
