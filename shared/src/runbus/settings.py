@@ -100,9 +100,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     (`runbus_examples.models`: the demo's `offline` and the `scripted/<name>` routes)."""
     qdrant_url: str | None = None
     """Memory: a Qdrant server; when unset, the embedded store under the data dir is used."""
-    embedder: Literal["minilm", "hashing", "openai"] = "minilm"
-    """Memory: `minilm` (all-MiniLM-L6-v2 int8, offline), `hashing` (lexical, no model) or
-    `openai` (an OpenAI-compatible `/embeddings` endpoint at `embeddings_url`)."""
+    embedder: Literal["use", "minilm", "hashing", "openai"] = "use"
+    """Memory: `use` (Google's Universal Sentence Encoder, multilingual v3, offline: the
+    default, it tells relevant from irrelevant in every shipped language), `minilm`
+    (all-MiniLM-L6-v2 int8, offline, English only: better English recall), `hashing`
+    (lexical, no model) or `openai` (an OpenAI-compatible `/embeddings` endpoint at
+    `embeddings_url`). A change re-embeds the embedded store at the next start."""
     embedder_warm: bool = False
     """Memory: load the embedding model at start, in the background, so the first search does
     not wait for it (~0.6 s); the process is then ~250 MiB larger from the start, used or not.
