@@ -61,6 +61,7 @@ from .core import (
 )
 from .embedder import Embedder, LazyEmbedder, embedder_from_settings
 from .errors import FindOutsideOwnScope, StoreNotConfigured
+from .locks import UserLocks
 from .memories import Memories
 from .reembed import open_edge
 from .stores import MemoryStore as Store
@@ -132,6 +133,8 @@ class MemoryService(Service):
         self._unscoped_logged: set[str] = set()
         self._reconciling: dict[tuple[str, str], tuple[asyncio.Lock, int]] = {}
         """A lock per user with model-policy writes in hand, and how many are waiting."""
+        self._locks: UserLocks | None = None
+        """The users' locks shared by every replica (taken after this replica's own)."""
 
     @classmethod
     def from_settings(cls, nc: NATS, settings: Settings, tracer_provider: TracerProvider) -> Self:
@@ -189,6 +192,7 @@ class MemoryService(Service):
             num_replicas=self.replicas,
         )
         await ensure_stream(self.nc, config)
+        self._locks = await UserLocks.open(self.nc, replicas=self.replicas)
         spec = ConsumerSpec(
             stream=subjects.MEMORY_WRITES_STREAM,
             durable=subjects.MEMORY_WRITES_CONSUMER,
@@ -412,8 +416,9 @@ class MemoryService(Service):
         scope = StorageScope.from_context(ctx)
         keep_alive = asyncio.create_task(self._keep_in_progress(delivery))
         try:
-            # One user's writes are reconciled one at a time: each sees what the last stored,
-            # and a write delivered twice at once is applied by the first and skipped after.
+            # One user's writes are reconciled one at a time, across replicas too: each sees
+            # what the last stored, and a write delivered twice at once (to two replicas) is
+            # applied by the first and skipped after.
             async with self._user_lock(scope):
                 await self._remember(ctx, scope, texts, write_id, at)
         except reconcile.ExtractionInvalid as exc:
@@ -474,12 +479,18 @@ class MemoryService(Service):
 
     @contextlib.asynccontextmanager
     async def _user_lock(self, scope: StorageScope) -> AsyncIterator[None]:
+        """One user's reconciling, one at a time: first among this replica's writes (in the
+        order they came), then across replicas (the shared lock)."""
         key = (scope.tenant, scope.user_id)
         lock, holders = self._reconciling.get(key, (asyncio.Lock(), 0))
         self._reconciling[key] = (lock, holders + 1)
         try:
             async with lock:
-                yield
+                if self._locks is None:
+                    yield
+                else:
+                    async with self._locks.hold(scope.tenant, scope.user_id):
+                        yield
         finally:
             lock, holders = self._reconciling[key]
             if holders == 1:
