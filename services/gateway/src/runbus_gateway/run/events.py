@@ -108,10 +108,14 @@ class RunEvents:
 
     # A run's final event, completed or failed, has one id: of two attempts alive at once (a
     # partition, a pause) the stream keeps the first to end the run, and tells the other it
-    # was a duplicate.
+    # was a duplicate. It is published once every earlier event is stored: one whose ack was
+    # lost (a node restarting) is published again by `settle`, and must not land after it.
+    # By then a run's earlier acks have long arrived, so this costs no round trip.
     async def completed(self, completed: RunCompleted) -> None:
+        await self.port.settle(self.ctx)
         await self.port.emit(self.ctx, completed, event_id=FINAL)
 
     async def failed(self, error: ErrorInfo) -> None:
         event = RunFailed(run_id=self.run_id, error=error)
+        await self.port.settle(self.ctx)
         await self.port.emit(self.ctx, event, event_id=FINAL)
