@@ -83,7 +83,7 @@ class ClientApi:
         self.records = records
         self.approvals = approvals
         self.client_calls = ClientCalls(approvals.bucket.kv)
-        self.control = RunControl(bus, records, Pauses(approvals.bucket.kv))
+        self.control = RunControl(bus, records, Pauses(approvals.bucket.kv), agents)
         self.events = EventStream(bus)
 
     def endpoints(self) -> list[Endpoint]:

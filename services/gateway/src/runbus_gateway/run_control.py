@@ -3,6 +3,7 @@ edit what is pending, resume it (`pauses.py`), or fork it from one of its checkp
 new session (time travel). Every operation finds the run under the caller: another owner's run
 id is `not_found`."""
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Final
 
@@ -11,7 +12,7 @@ import structlog
 
 from runbus import ops
 from runbus.bus import Bus
-from runbus.errors import BadRequest, NotFound
+from runbus.errors import BadRequest, Conflict, NotFound
 from runbus.headers import RunContext
 from runbus.messages.runs import (
     RunCheckpoint,
@@ -28,6 +29,7 @@ from runbus.messages.sessions import SessionDocument, SessionExport, SessionImpo
 from runbus.owners import Owner
 from runbus.tokens import Principal
 
+from .agents import AgentSpec
 from .pauses import Pauses
 from .run.pause import NotPaused
 from .runs import RunRecords
@@ -38,11 +40,29 @@ PAUSABLE: Final = frozenset({"queued", "running", "waiting_approval", "paused"})
 """Statuses of a run that has a next step boundary to pause at (or is paused)."""
 
 
+class NotPausable(Conflict):
+    """A run of a program agent: its program answers in one go, with no step to stop at."""
+
+    def __init__(self, run_id: str, agent: str) -> None:
+        super().__init__(
+            f"run {run_id!r} is of program agent {agent!r}, which has no step boundary to "
+            "pause at; cancel it instead"
+        )
+        self.run_id = run_id
+
+
 class RunControl:
-    def __init__(self, bus: Bus, records: RunRecords, pauses: Pauses) -> None:
+    def __init__(
+        self,
+        bus: Bus,
+        records: RunRecords,
+        pauses: Pauses,
+        agents: Mapping[str, AgentSpec] | None = None,
+    ) -> None:
         self.bus = bus
         self.records = records
         self.pauses = pauses
+        self.agents = agents or {}
 
     async def _record(self, principal: Principal, run_id: str) -> RunRecord:
         record = await self.records.get(principal.tenant, principal.user_id, run_id)
@@ -52,7 +72,10 @@ class RunControl:
 
     async def pause(self, principal: Principal, request: RunPause) -> RunPending:
         """Ask the caller's run to pause at its next step boundary."""
-        await self._live(principal, request.run_id)
+        record = await self._live(principal, request.run_id)
+        agent = self.agents.get(record.agent)
+        if agent is not None and agent.harness.kind == "program":
+            raise NotPausable(request.run_id, record.agent)
         owner = Owner(principal.tenant, principal.user_id)
         pause = await self.pauses.request(owner, request.run_id)
         log.info("run_pause_requested", run_id=request.run_id, generation=pause.generation)
