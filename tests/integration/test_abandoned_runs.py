@@ -149,3 +149,35 @@ async def test_a_late_attempt_failing_a_run_that_closed_its_history_hides_none_o
 
     assert seen_by_r3 == ["r-1:in", "r-1:a1", "r-2:in", "r-2:a1"]
     assert exported.document.abandoned_runs == []
+
+
+async def test_a_run_closed_by_two_attempts_keeps_the_first_attempts_transcript_once(
+    stack: Stack, nc: NATS
+) -> None:
+    # Two attempts of r-2 both finished (the later one started just after the earlier one's
+    # last check): the events stream kept the first final event, history the first transcript.
+    bus = Bus(nc, trace.get_tracer("test"))
+    await run_on(bus, "r-1")
+    opened = await bus.call(ops.SESSIONS_OPEN, SessionOpen(session_id="s1"), ctx=ctx("r-2"))
+    closings = [
+        [said("r-2", "in"), said("r-2", "a1", "assistant")],
+        [said("r-2", "in"), said("r-2", "a1-again", "assistant")],
+    ]
+    appended = [
+        await bus.call(
+            ops.HISTORY_APPEND,
+            HistoryAppend(
+                session_id="s1",
+                messages=messages,
+                release=True,
+                closes=True,
+                incarnation=opened.record.incarnation,
+            ),
+            ctx=ctx("r-2"),
+        )
+        for messages in closings
+    ]
+    seen_by_r3 = await run_on(bus, "r-3")
+
+    assert [a.stored for a in appended] == [2, 0]
+    assert seen_by_r3 == ["r-1:in", "r-1:a1", "r-2:in", "r-2:a1"]

@@ -67,6 +67,13 @@ def compaction_id(session_key: str, compaction: HistoryCompaction) -> str:
     return digest.hexdigest()
 
 
+def closing_id(subject: str, run_id: str) -> str:
+    """`Nats-Msg-Id` of a finished run's closing append: stored once per run, so of two
+    attempts of one run that both finished (a partition), only the first's transcript is
+    kept — the one whose final event the events stream kept too."""
+    return hashlib.sha256(b"closing\0" + subject.encode() + b"\0" + run_id.encode()).hexdigest()
+
+
 def abandon_id(subject: str, run_id: str) -> str:
     """`Nats-Msg-Id` of the marker that a run failed for good: stored once per run."""
     return hashlib.sha256(b"abandon\0" + subject.encode() + b"\0" + run_id.encode()).hexdigest()

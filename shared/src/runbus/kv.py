@@ -64,7 +64,9 @@ class TypedBucket(Generic[T]):
         """Write if the key holds nothing; the new revision, or None if it holds a value."""
         try:
             return await self.kv.create(key, self.encode(value))
-        except KeyWrongLastSequenceError:
+        except (KeyWrongLastSequenceError, KeyNotFoundError):
+            # nats-py answers a create that lost the race by reading the key, and a replica
+            # still catching up may not have it yet: either way the key holds a value.
             return None
 
     async def update(self, key: str, value: T, revision: int) -> int | None:

@@ -18,6 +18,7 @@ from runbus.headers import RunContext
 from runbus.history_batches import (
     abandon_id,
     batch_id,
+    closing_id,
     compaction_id,
     compaction_to_store,
     messages_to_store,
@@ -276,7 +277,8 @@ class HistoryService(Service):
             closed = ctx.run_id if request.closes and not request.abandon else ""
             batch = StoredBatch(messages=to_store, incarnation=incarnation, closed_run=closed)
             data = BATCH_ENCODER.encode(batch)
-            end = await store.append(self.nc, subject, data, batch_id(subject, to_store))
+            msg_id = closing_id(subject, closed) if closed else batch_id(subject, to_store)
+            end = await store.append(self.nc, subject, data, msg_id)
             stored, skipped = (len(to_store), skipped) if end else (0, len(request.messages))
         if request.abandon and ctx.run_id:
             subject = subjects.history_log(who.tenant, request.session_id)
