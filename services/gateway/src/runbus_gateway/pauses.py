@@ -20,8 +20,9 @@ from typing import Final
 import msgspec
 from nats.js.kv import KeyValue
 
+from runbus.errors import Unavailable
 from runbus.jetstream import next_update
-from runbus.kv import TypedBucket
+from runbus.kv import KeptChanging, TypedBucket
 from runbus.messages import ChatMessage, ToolSpec
 from runbus.messages.runs import RunEdit
 from runbus.owners import Owner
@@ -90,7 +91,12 @@ class Pauses:
                 return None
             return msgspec.structs.replace(found, attempt=attempt)
 
-        await self.bucket.change(pause_key(owner, run_id), later, attempts=ATTEMPTS)
+        try:
+            await self.bucket.change(pause_key(owner, run_id), later, attempts=ATTEMPTS)
+        except KeptChanging:
+            # Reads that keep missing the key (a replica catching up) or writers that keep
+            # winning: this delivery tries again later rather than run unfenced.
+            raise Unavailable(f"run {run_id!r}: delivery {attempt} could not be recorded") from None
 
     async def reach(
         self,
