@@ -12,10 +12,12 @@ from opentelemetry import trace
 from runbus import ops
 from runbus.bus import Bus
 from runbus.client import RunbusClient, RunFailedError
+from runbus.errors import RemoteError
 from runbus.headers import RunContext
 from runbus.messages import ChatMessage, HistoryAppend, HistoryLoad, ModelRequest, TextContent
 from runbus.messages.sessions import SessionDelete, SessionExport, SessionImport, SessionOpen
 from runbus_gateway.agents import load_agents
+from runbus_history.service import HistoryService
 from runbus_model_router.errors import ProviderRejected
 from tests.models import GatedModel, Reply, text
 from tests.stack import SecuredNats, Stack, start_stack
@@ -181,3 +183,26 @@ async def test_a_run_closed_by_two_attempts_keeps_the_first_attempts_transcript_
 
     assert [a.stored for a in appended] == [2, 0]
     assert seen_by_r3 == ["r-1:in", "r-1:a1", "r-2:in", "r-2:a1"]
+
+
+async def test_a_session_whose_record_a_lagging_replica_cannot_read_yet_is_unavailable_not_gone(
+    stack: Stack, nc: NATS, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # On a cluster: the create is refused because the record exists, and the read that
+    # follows is answered by a replica that does not have it yet.
+    history = stack.services["history"]
+    assert isinstance(history, HistoryService)
+
+    async def lost_the_race(record: object) -> None:
+        return None
+
+    async def not_there_yet(tenant: str, session_id: str) -> None:
+        return None
+
+    monkeypatch.setattr(history.records, "create", lost_the_race)
+    monkeypatch.setattr(history.records, "get", not_there_yet)
+    bus = Bus(nc, trace.get_tracer("test"))
+    with pytest.raises(RemoteError) as refused:
+        await bus.call(ops.SESSIONS_OPEN, SessionOpen(session_id="s9"), ctx=ctx("r-9"))
+
+    assert refused.value.remote_code == "unavailable"

@@ -13,7 +13,7 @@ from nats.aio.client import Client as NATS
 from opentelemetry.sdk.trace import TracerProvider
 
 from runbus import ops, subjects
-from runbus.errors import RunbusError
+from runbus.errors import RunbusError, Unavailable
 from runbus.headers import RunContext
 from runbus.history_batches import (
     abandon_id,
@@ -775,6 +775,10 @@ class HistoryService(Service):
             if record is not None:
                 return record, True
             record = await self.records.get(who.tenant, session_id)  # lost a creation race
+            if record is None:
+                # It exists (the create was refused for it), but the read was answered by a
+                # replica still catching up: asked again later, not "no session".
+                raise Unavailable(f"session {session_id!r} is not readable yet")
         return core.owned(record, who.user_id, session_id), False
 
     async def _update(self, record: SessionRecord, change: "core.RecordChange") -> SessionRecord:
