@@ -16,7 +16,15 @@ from runbus import ops, subjects
 from runbus.client import RunbusClient
 from runbus.errors import Unavailable
 from runbus.headers import MSG_ID, RunContext
-from runbus.messages import ErrorInfo, ModelRequest, RunCompleted, RunEvent, RunFailed, encode
+from runbus.messages import (
+    ChatMessage,
+    ErrorInfo,
+    ModelRequest,
+    RunCompleted,
+    RunEvent,
+    RunFailed,
+    encode,
+)
 from runbus.messages.runs import RunGet
 from runbus.owners import Owner
 from runbus.tokens import TokenVerifier
@@ -206,3 +214,39 @@ async def test_a_failure_whose_dead_letter_was_not_stored_is_dead_lettered_again
     assert len(finals) == 1
     assert len(model.requests) == 1
     assert b'"run_id":"' + run_id.encode() in (dead.data or b"")
+
+
+async def test_a_failure_whose_session_release_did_not_reach_history_is_ended_again(
+    nats_server: SecuredNats, tmp_path: Path, alice: RunbusClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def explode(request: ModelRequest, step: int) -> object:
+        raise RuntimeError("this request always breaks the model")
+
+    model = GatedModel(explode)  # type: ignore[arg-type]
+    async with start_stack(
+        nats_server.url, data_dir=tmp_path, agents=AGENTS, routes={"gated": model}
+    ) as stack:
+        ports = _queue(stack).ports
+        append = ports.append_history
+        releases: list[bool] = []
+
+        async def history_out_of_reach_once(
+            ctx: RunContext, messages: list[ChatMessage], **kw: object
+        ) -> object:
+            if kw.get("abandon"):
+                releases.append(True)
+                if len(releases) == 1:  # as when history has no quorum
+                    raise Unavailable("no reply on 'runbus.history.append' within 3.0s")
+            return await append(ctx, messages, **kw)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(ports, "append_history", history_out_of_reach_once)
+        run_id = await alice.start("travel", "poison", session_id="held-once")
+        finals = await _finals(alice, run_id)
+        model.replies = weather_then_answer
+        # Free at once: a run on the session neither waits for nor is refused by a claim.
+        after = await alice.run("travel", "Weather?", session_id="held-once", timeout=20)
+
+    assert len(releases) == 2
+    assert len(finals) == 1
+    assert isinstance(finals[0], RunFailed)
+    assert after.text.startswith("Done:")

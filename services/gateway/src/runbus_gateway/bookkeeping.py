@@ -194,14 +194,15 @@ class RunBook:
         *,
         redone: bool = False,
     ) -> None:
-        """The final event stored, then the dead letter: until both are, the request is
-        delivered again with backoff, never acked nor dropped (the consumer has no
-        max_deliver), so a run acknowledged to its owner always ends in a final event. What
-        the run held is let go first: whoever reads the final event finds it free. `redone`:
+        """The session released, the final event stored, then the dead letter: until all
+        are, the request is delivered again with backoff, never acked nor dropped (the
+        consumer has no max_deliver), so a run acknowledged to its owner always ends in a
+        final event and never leaves its session claimed. What the run held is let go first:
+        whoever reads the final event finds it free. `redone`:
         this run's own final event may be stored already (a duplicate is no news)."""
-        if record is not None:
-            await self._let_go(record, cancelled=info.code == "cancelled")
         try:
+            if record is not None:
+                await self._let_go(record, cancelled=info.code == "cancelled")
             if is_identifier(run_id):
                 owner = (
                     {"tenant": principal.tenant, "user_id": principal.user_id} if principal else {}
@@ -243,9 +244,14 @@ class RunBook:
         )
         # Failed for good: what it stored (its input first) stays for audit and export, but no
         # later run's prompt loads it (history leaves it out). The claim is released only if
-        # this run still holds it.
-        with contextlib.suppress(Exception):
+        # this run still holds it. History out of reach (a fault): the ending is tried again
+        # later, so the session is never left claimed; any other refusal (no such session)
+        # leaves nothing to release.
+        try:
             await self.ports.append_history(session, [], release=True, abandon=not cancelled)
+        except Exception as exc:
+            if as_runbus_error(exc).to_info().code in RETRYABLE:
+                raise
 
     def _shown(self, agent: str, error: RunbusError) -> ErrorInfo:
         """The error as the run's owner reads it (event, run record): the agent's
