@@ -52,6 +52,10 @@ async def test_every_node_runs_the_shipped_settings(cluster: Cluster) -> None:
     assert {len(node["cluster"]["urls"]) for node in varz.values()} == {len(NODES)}
 
 
+# nats-py can leave the socket of a connection to a paused or cut-off node unclosed when it
+# reconnects to another one; the garbage collector then reports it at a random later moment.
+@pytest.mark.filterwarnings("ignore:unclosed <StreamWriter:ResourceWarning")
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 @pytest.mark.parametrize("fault", CHOSEN or (list(FAULTS) if FULL else SHORT))
 async def test_a_healed_fault_loses_repeats_and_double_books_nothing(
     fault: str, cluster: Cluster, cluster_report: ClusterReport
