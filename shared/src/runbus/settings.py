@@ -108,7 +108,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     `embeddings_url`). A change re-embeds the embedded store at the next start."""
     embedder_warm: bool = False
     """Memory: load the embedding model at start, in the background, so the first search does
-    not wait for it (~0.6 s); the process is then ~250 MiB larger from the start, used or not.
+    not wait for it (`use`: ~1 s, ~140 MiB; `minilm`: ~0.3 s, ~250 MiB with onnxruntime); the
+    process is then that much larger from the start, used or not.
     `runbus up` and `runbus demo` turn it on."""
     embeddings_url: str | None = None
     """Memory: base URL of the OpenAI-compatible API of the `openai` embedder (`…/v1`)."""
