@@ -8,6 +8,7 @@ from typing import Any
 import aiohttp
 import pytest
 import schemathesis
+import schemathesis.specs.openapi.schemas
 from hypothesis import HealthCheck, Phase, given, settings
 from schemathesis.checks import not_a_server_error
 
@@ -15,6 +16,9 @@ from runbus_ingress.app import build_app
 from tests.integration.ingress.conftest import ALICE
 
 EXAMPLES_PER_OPERATION = 12
+# schemathesis loads its OpenAPI module lazily, and the fuzzing runs in a worker thread: loaded
+# (and assertion-rewritten by pytest) there, CPython 3.11 can fail the compile with
+# "AST constructor recursion depth mismatch". Imported above, it is compiled at collection.
 
 
 def test_the_document_names_exactly_the_routes_the_app_serves() -> None:
