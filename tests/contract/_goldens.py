@@ -32,6 +32,7 @@ DECODERS: Final[dict[str, msgspec.json.Decoder[Any]]] = {
     "run.text_delta": RUN_EVENT_DECODER,
     "run.tool_call": RUN_EVENT_DECODER,
     "run.tool_result": RUN_EVENT_DECODER,
+    "run.tool_progress": RUN_EVENT_DECODER,
     "run.completed": RUN_EVENT_DECODER,
     "run.failed": RUN_EVENT_DECODER,
     "run.approval_requested": RUN_EVENT_DECODER,

@@ -16,7 +16,7 @@ from nats.js.kv import KeyValue
 
 from runbus import ops, subjects
 from runbus.client import RunbusClient
-from runbus.messages import RunCompleted, RunFailed
+from runbus.messages import RunCompleted, RunFailed, RunToolCall, RunToolProgress
 from runbus.messages.runs import ApprovalDecide, RunCancel, RunList, RunStatus
 from runbus.owners import Owner
 from runbus.tokens import TokenVerifier
@@ -252,3 +252,21 @@ async def _keys(kv: KeyValue, prefix: str) -> list[str]:
         return [k for k in await kv.keys() if k.startswith(prefix)]
     except NoKeysError:
         return []
+
+
+async def test_a_remote_agents_status_updates_become_progress_events_before_its_result(
+    nats_server: SecuredNats, tmp_path: Path, rates: tuple[str, Seen], alice: RunbusClient
+) -> None:
+    url, _ = rates
+    async with stack(nats_server, tmp_path, fx(url)):
+        run_id = await alice.start("fx", "rate AUD USD", session_id="fx-progress")
+        events = [item.event async for item in alice.follow(run_id, timeout=20)]
+
+    progress = [e for e in events if isinstance(e, RunToolProgress)]
+    kinds = [type(e).__name__ for e in events]
+    assert [(p.tool, p.state, p.text) for p in progress] == [("rates", "working", "looking it up")]
+    assert (
+        kinds.index("RunToolCall") < kinds.index("RunToolProgress") < kinds.index("RunToolResult")
+    )
+    calls = [e for e in events if isinstance(e, RunToolCall)]
+    assert progress[0].call_id == calls[0].call.call_id

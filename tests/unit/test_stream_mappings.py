@@ -50,6 +50,7 @@ AGUI: Final[dict[str, list[str]]] = {
     "run.text_delta": ["TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT"],
     "run.tool_call": ["TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END"],
     "run.tool_result": ["TOOL_CALL_RESULT"],
+    "run.tool_progress": ["CUSTOM"],
     "run.completed": ["RUN_FINISHED"],
     "run.failed": ["RUN_ERROR"],
 }
@@ -64,6 +65,7 @@ A2A: Final[dict[str, list[str]]] = {
     "run.text_delta": ["artifact"],
     "run.tool_call": ["TASK_STATE_WORKING"],
     "run.tool_result": ["TASK_STATE_WORKING"],
+    "run.tool_progress": ["TASK_STATE_WORKING"],
     "run.completed": ["artifact", "TASK_STATE_COMPLETED"],
     "run.failed": ["TASK_STATE_FAILED"],
 }
@@ -78,6 +80,7 @@ OPENAI_STREAM: Final[dict[str, tuple[int, bool]]] = {
     "run.text_delta": (1, False),
     "run.tool_call": (1, False),
     "run.tool_result": (1, False),
+    "run.tool_progress": (0, False),
     "run.completed": (2, True),  # the finish chunk, then usage (asked for)
     "run.failed": (1, True),
 }
@@ -99,6 +102,7 @@ RESPONSES_STREAM: Final[dict[str, list[str]]] = {
     "run.text_delta": [*_CLOSE, *_OPEN, "response.output_text.delta"],  # another message's
     "run.tool_call": _CLOSE,
     "run.tool_result": _CLOSE,
+    "run.tool_progress": [],
     "run.completed": [*_CLOSE, "response.completed"],
     "run.failed": [*_CLOSE, "response.failed"],
 }

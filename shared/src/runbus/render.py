@@ -20,6 +20,7 @@ from .messages import (
     RunStarted,
     RunTextDelta,
     RunToolCall,
+    RunToolProgress,
     RunToolResult,
 )
 
@@ -78,6 +79,9 @@ class EventPrinter:
                     else json.dumps(result.result, ensure_ascii=False)
                 )
                 self._line(f"  ← {shown if len(shown) < 160 else shown[:157] + '...'}")
+            case RunToolProgress(tool=tool, state=state, text=text):
+                said = f": {text[:157] + '...' if len(text) > 160 else text}" if text else ""
+                self._line(f"  … {tool} {state}{said}")
             case RunCompleted(text=text):
                 if not self._mid_line and text:
                     self.out.write(f"  assistant: {text}")
@@ -103,6 +107,8 @@ def waiting_on(event: RunEvent | None) -> str:
             return "waiting for the run to start (a gateway to take it)"
         case RunToolCall(call=call):
             return f"waiting for tool {call.name}"
+        case RunToolProgress(tool=tool):
+            return f"waiting for tool {tool}"
         case RunApprovalRequested(tool=tool):
             return f"waiting for a decision on {tool} (runbus approve/deny)"
         case RunPaused():

@@ -43,6 +43,7 @@ from runbus.messages import (
     RunStarted,
     RunTextDelta,
     RunToolCall,
+    RunToolProgress,
     RunToolResult,
     TextContent,
 )
@@ -192,6 +193,15 @@ class TaskUpdates:
                 message_id = f"{self.task_id}:{result.call_id}:result"
                 message = agent_message(
                     self.task_id, self.context_id, message_id, [part], type="run.tool_result"
+                )
+                return [self.status(working, message)]
+            case RunToolProgress(call_id=call_id, text=text, state=state):
+                parts = [_data_part({"tool_progress": event})]
+                if text:
+                    parts.insert(0, Part(text=text))
+                message_id = f"{self.task_id}:{call_id}:progress:{state}:{len(text)}"
+                message = agent_message(
+                    self.task_id, self.context_id, message_id, parts, type="run.tool_progress"
                 )
                 return [self.status(working, message)]
             case RunApprovalRequested():

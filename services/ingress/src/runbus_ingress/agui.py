@@ -37,6 +37,7 @@ from runbus.messages import (
     RunStarted,
     RunTextDelta,
     RunToolCall,
+    RunToolProgress,
     RunToolResult,
     TextContent,
     ToolSpec,
@@ -59,6 +60,7 @@ log = structlog.get_logger()
 APPROVAL_EVENT: Final = "runbus.approval_requested"
 PAUSED_EVENT: Final = "runbus.paused"
 RESUMED_EVENT: Final = "runbus.resumed"
+PROGRESS_EVENT: Final = "runbus.tool_progress"
 TODO_TOOL_PREFIX: Final = "todos_"
 
 
@@ -146,6 +148,9 @@ class Translator:
             case RunPaused() | RunResumed():
                 name = PAUSED_EVENT if isinstance(event, RunPaused) else RESUMED_EVENT
                 out.append(ag.CustomEvent(name=name, value=msgspec.to_builtins(event)))
+            case RunToolProgress():
+                # AG-UI has no progress event for a tool call: a custom one, as for approvals.
+                out.append(ag.CustomEvent(name=PROGRESS_EVENT, value=msgspec.to_builtins(event)))
             case RunCompacted():
                 pass  # the run's own housekeeping: AG-UI has no event for it
             case _:
@@ -165,6 +170,7 @@ class Translator:
                 | RunResumed()
                 | RunTextDelta()
                 | RunToolCall()
+                | RunToolProgress()
             ):
                 return False
             case RunFailed():

@@ -35,6 +35,7 @@ from runbus.messages import (
     RunStarted,
     RunTextDelta,
     RunToolCall,
+    RunToolProgress,
     RunToolResult,
     is_identifier,
 )
@@ -267,6 +268,8 @@ async def _settle(
                     note = f"{name} failed" if result.error else f"{name} answered"
                 case RunTextDelta(delta=delta):
                     note = delta
+                case RunToolProgress(tool=tool, state=state, text=said):
+                    note = f"{tool}: {said or state}"
                 case RunCompacted() | RunPaused() | RunResumed():
                     note = "history compacted"
                 case _:

@@ -39,6 +39,7 @@ from runbus.messages import (
     RunStarted,
     RunTextDelta,
     RunToolCall,
+    RunToolProgress,
     RunToolResult,
     TextContent,
     ToolSpec,
@@ -157,6 +158,7 @@ class Completion:
                 | RunTextDelta()
                 | RunCompleted()
                 | RunFailed()
+                | RunToolProgress()
             ):
                 return None
             case _:
@@ -192,7 +194,7 @@ class Completion:
                 return frames, True
             case RunToolCall() | RunApprovalRequested() | RunToolResult():
                 pass  # the tool chunk above
-            case RunStarted() | RunCompacted() | RunPaused() | RunResumed():
+            case RunStarted() | RunCompacted() | RunPaused() | RunResumed() | RunToolProgress():
                 pass  # no chunk: OpenAI's stream has nothing for them
             case _:
                 assert_never(event)
@@ -359,6 +361,7 @@ async def _whole(
                 | RunPaused()
                 | RunResumed()
                 | RunTextDelta()
+                | RunToolProgress()
             ):
                 pass  # the answer is the final event's text
             case RunToolCall() | RunToolResult():

@@ -32,6 +32,7 @@ from runbus.messages import (
     RunStarted,
     RunTextDelta,
     RunToolCall,
+    RunToolProgress,
     RunToolResult,
     TextContent,
 )
@@ -242,7 +243,7 @@ class Response:
             case RunToolCall() | RunToolResult() | RunApprovalRequested():
                 # The agent's tools run server-side: a message before a tool call is finished.
                 return self._close(), False
-            case RunStarted() | RunCompacted() | RunPaused() | RunResumed():
+            case RunStarted() | RunCompacted() | RunPaused() | RunResumed() | RunToolProgress():
                 return [], False
             case _:
                 assert_never(event)
@@ -363,6 +364,7 @@ async def _whole(
                 | RunTextDelta()
                 | RunToolCall()
                 | RunToolResult()
+                | RunToolProgress()
             ):
                 pass  # the answer is the final event's text
             case _:

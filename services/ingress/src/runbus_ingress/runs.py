@@ -29,6 +29,7 @@ from runbus.messages import (
     RunStarted,
     RunTextDelta,
     RunToolCall,
+    RunToolProgress,
     RunToolResult,
     encode,
 )
@@ -300,6 +301,7 @@ async def _final(events: Events, headers: dict[str, str]) -> web.Response:
             | RunCompacted()
             | RunPaused()
             | RunResumed()
+            | RunToolProgress()
         ):
             raise Unavailable("the event stream ended without a final event")
         case RunTextDelta() | RunToolCall() | RunToolResult():

@@ -29,6 +29,7 @@ from .runs import (
     RunStarted,
     RunTextDelta,
     RunToolCall,
+    RunToolProgress,
     RunToolResult,
 )
 from .tools import ToolCatalog, ToolInvoke, ToolInvoked, ToolList
@@ -74,6 +75,7 @@ __all__ = [
     "RunStarted",
     "RunTextDelta",
     "RunToolCall",
+    "RunToolProgress",
     "RunToolResult",
     "Source",
     "TextContent",

@@ -86,6 +86,23 @@ class RunToolResult(Message, frozen=True, tag="run.tool_result"):
     """What the tool returned (or its error)."""
 
 
+class RunToolProgress(Message, frozen=True, tag="run.tool_progress"):
+    """A call still working says how it is getting on: a remote agent's streamed status
+    update (`[[remote_agents]]`), at most one stored every `PROGRESS_EVERY` seconds per call,
+    never after the call's result."""
+
+    run_id: str
+    """The run."""
+    call_id: str
+    """The call it is about (`RunToolCall.call.call_id`)."""
+    tool: str
+    """The tool's name."""
+    state: str
+    """Where the call stands, in the remote protocol's words (A2A: `submitted`, `working`)."""
+    text: str = ""
+    """What it said (the status message's text), if anything."""
+
+
 class RunApprovalRequested(Message, frozen=True, tag="run.approval_requested"):
     run_id: str
     """The run, paused until a person decides."""
@@ -372,6 +389,7 @@ RunEvent = (
     | RunTextDelta
     | RunToolCall
     | RunToolResult
+    | RunToolProgress
     | RunCompleted
     | RunFailed
 )

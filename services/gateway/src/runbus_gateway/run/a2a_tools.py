@@ -42,6 +42,8 @@ from .events import RunEvents
 from .ports import RunPorts
 from .toolsets import OnWaiting
 
+PROGRESS_EVERY: Final = 0.5
+"""Seconds between two stored progress events of one call (each is an fsynced write)."""
 ANSWER_WITHIN: Final = 3600.0
 """Seconds the run's owner has to answer a remote agent's question."""
 CANCEL_WITHIN: Final = 5.0
@@ -217,6 +219,10 @@ class RemoteTask:
         """Whether the task is recorded for a resumed run."""
         self.budget: asyncio.Timeout | None = None
         """The call's timeout (the agent's, or what the run's deadline leaves)."""
+        self.reported = 0
+        """Progress events stored for this call so far (`RunToolProgress`)."""
+        self.reported_at = 0.0
+        self.reported_state: TaskState = TaskState.TASK_STATE_UNSPECIFIED
 
     async def run(self, text: str, *, first_send: bool) -> str:
         card = await A2ACardResolver(self.http, self.agent.url).get_agent_card()
@@ -307,12 +313,14 @@ class RemoteTask:
                     for artifact in task.artifacts:
                         self.artifacts[artifact.artifact_id] = _text(artifact.parts)
                     state = self._status(task.status.state, task.status.message.parts)
+                    await self._report(state, _text(task.status.message.parts))
                 case "status_update":
                     update = response.status_update
                     self.task_id = update.task_id or self.task_id
                     self.named.set()
                     self.context_id = update.context_id or self.context_id
                     state = self._status(update.status.state, update.status.message.parts)
+                    await self._report(state, _text(update.status.message.parts))
                 case "artifact_update":
                     update_a = response.artifact_update
                     key, chunk = update_a.artifact.artifact_id, _text(update_a.artifact.parts)
@@ -340,6 +348,25 @@ class RemoteTask:
             state=TaskState.Name(state),
         )
         return state
+
+    async def _report(self, state: TaskState, text: str) -> None:
+        """A status of a task still working becomes the run's `run.tool_progress` (its end
+        and its questions are the call's result and the owner's question instead). Each is
+        a stored write: a new state is told at once, more of the same state at most once
+        every PROGRESS_EVERY seconds, and a bare `submitted` not at all."""
+        if state in ENDED or state in ASKING:
+            return
+        if state == TaskState.TASK_STATE_SUBMITTED and not text:
+            return
+        now = asyncio.get_running_loop().time()
+        if state == self.reported_state and now - self.reported_at < PROGRESS_EVERY:
+            return
+        self.reported_at, self.reported_state = now, state
+        self.reported += 1
+        name = TaskState.Name(state).removeprefix("TASK_STATE_").lower()
+        await self.toolset.events.tool_progress(
+            self.call.call_id, self.call.name, name, text, number=self.reported
+        )
 
     async def cancel(self) -> None:
         """Cancel the remote task (best effort, bounded): once the agent has named it, if it

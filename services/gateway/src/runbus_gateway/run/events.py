@@ -17,6 +17,7 @@ from runbus.messages import (
     RunStarted,
     RunTextDelta,
     RunToolCall,
+    RunToolProgress,
     RunToolResult,
 )
 from runbus.messages.compaction import CompactionReport
@@ -93,6 +94,16 @@ class RunEvents:
         for result in results:
             event = RunToolResult(run_id=self.run_id, result=result)
             await self.port.emit(self.ctx, event, event_id=f"result-{result.call_id}")
+
+    async def tool_progress(
+        self, call_id: str, tool: str, state: str, text: str, *, number: int
+    ) -> None:
+        """The `number`th progress report of a call still working (a delivery that follows
+        the same call again repeats the same ids, stored once)."""
+        event = RunToolProgress(
+            run_id=self.run_id, call_id=call_id, tool=tool, state=state, text=text
+        )
+        await self.port.emit(self.ctx, event, event_id=f"progress-{call_id}-{number}")
 
     async def approval_requested(self, call_id: str, request: ApprovalRequest) -> None:
         event = RunApprovalRequested(
