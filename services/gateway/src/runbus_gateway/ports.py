@@ -58,7 +58,7 @@ from .client_calls import ClientCalls
 from .event_stream import EventStream
 from .history_writes import store_checkpoint, store_compaction
 from .remote_tasks import RemoteTasks
-from .run.a2a_tools import RemoteTaskRef
+from .run.a2a_task import RemoteTaskRef
 from .tool_calls import invoke_tool
 
 NO_SETTINGS = ModelSettings()

@@ -8,7 +8,7 @@ from nats.js.kv import KeyValue
 from runbus.kv import TypedBucket
 from runbus.owners import Owner, digest
 
-from .run.a2a_tools import REMOTE_TASK_DECODER, RemoteTaskRef
+from .run.a2a_task import REMOTE_TASK_DECODER, RemoteTaskRef
 
 
 def remote_task_key(owner: Owner, run_id: str, call_id: str) -> str:
