@@ -149,6 +149,7 @@ def paths() -> dict[str, dict[str, Any]]:
                 {"200": _ok("newest first", "RunListed"), **_errors(*COMMON)},
                 params=[
                     _param("session_id", "query", type="string"),
+                    _param("parent_run_id", "query", type="string"),
                     _param("limit", "query", type="integer", minimum=1, maximum=1000),
                 ],
             ),

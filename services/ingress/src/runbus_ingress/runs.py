@@ -146,9 +146,11 @@ async def on_start_run(request: web.Request) -> web.StreamResponse:
 
 async def on_list_runs(request: web.Request) -> web.Response:
     session_id = identifier_query(request, "session_id")
+    parent_run_id = identifier_query(request, "parent_run_id")
     limit = int_query(request, "limit", 50, low=1, high=1000)
+    asked = RunList(session_id=session_id, limit=limit, parent_run_id=parent_run_id)
     async with ingress_of(request).client(request) as client:
-        listed = await client.call(ops.API_RUNS_LIST, RunList(session_id=session_id, limit=limit))
+        listed = await client.call(ops.API_RUNS_LIST, asked)
     return json_response(encode(listed))
 
 

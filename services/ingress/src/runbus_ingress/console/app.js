@@ -76,13 +76,28 @@ async function runsPage() {
     el("label", { style: "flex:1" }, "Message ", el("input", { name: "text", required: "", style: "width:100%" })),
     el("button", { class: "primary", type: "submit" }, "Start run"));
   const listed = await api("/v1/runs?limit=50");
-  const rows = listed.records.map((r) => el("tr", {},
-    el("td", {}, el("a", { href: `#run/${r.run_id}`, class: "mono" }, r.run_id)),
+  const rows = nested(listed.records).map(({ r, depth }) => el("tr", { "data-run": r.run_id, class: depth ? "child" : "" },
+    el("td", { style: `padding-left:${0.5 + 1.5 * depth}em` }, depth ? "↳ " : "", el("a", { href: `#run/${r.run_id}`, class: "mono" }, r.run_id)),
     el("td", {}, r.agent), el("td", {}, el("a", { href: `#session/${r.session_id}`, class: "mono" }, r.session_id)),
     el("td", {}, status(r.status)), el("td", { class: "muted" }, when(r.created_at)),
     el("td", {}, (r.text || (r.error && r.error.message) || "").slice(0, 80))));
   show(el("h1", {}, "Runs"), form,
     el("div", { class: "table" }, el("table", { id: "runs" }, el("tr", {}, ["Run", "Agent", "Session", "Status", "Started", "Answer"].map((h) => el("th", {}, h))), rows)));
+}
+
+// Child runs (agents called as tools) under their parent, newest parents first; a child whose
+// parent is not on the page is shown at the top level.
+function nested(records) {
+  const present = new Set(records.map((r) => r.run_id));
+  const children = {};
+  for (const r of records) if (r.parent_run_id && present.has(r.parent_run_id)) (children[r.parent_run_id] ||= []).push(r);
+  const out = [];
+  const add = (r, depth) => {
+    out.push({ r, depth });
+    for (const child of (children[r.run_id] || []).slice().reverse()) add(child, depth + 1);
+  };
+  for (const r of records) if (!(r.parent_run_id && present.has(r.parent_run_id))) add(r, 0);
+  return out;
 }
 
 async function startRun(event) {
@@ -144,10 +159,15 @@ async function runPage(runId) {
     } catch (error) { controls.append(failure(error)); }
   } }, "Pause");
   pause.hidden = !pausable(record.status);
-  controls.append(pause);
+  controls.append(pause, forkForm(runId));
+  const parent = record.parent_run_id
+    ? [" · child of ", el("a", { id: "parent", class: "mono", href: `#run/${record.parent_run_id}` }, record.parent_run_id)]
+    : [];
+  const children = el("ul", { id: "children" });
   show(el("h1", {}, "Run ", el("span", { class: "mono" }, runId), " ", badge),
-    el("p", { class: "muted" }, `agent ${record.agent} · session `, el("a", { href: `#session/${record.session_id}` }, record.session_id), " · trace ", trace),
+    el("p", { class: "muted" }, `agent ${record.agent} · session `, el("a", { href: `#session/${record.session_id}` }, record.session_id), " · trace ", trace, ...parent),
     controls,
+    el("div", { class: "card", id: "children-card", hidden: "" }, el("h2", {}, "Agents it called"), children),
     el("div", { class: "grid" },
       el("div", {}, el("div", { class: "card" }, el("h2", {}, "Answer"), answer), el("div", { class: "card" }, el("h2", {}, "Tool calls"), tools)),
       el("div", {}, el("div", { class: "card" }, el("h2", {}, "Todo list"), todos), el("div", { class: "card" }, el("h2", {}, "Usage"), usage))));
@@ -159,6 +179,14 @@ async function runPage(runId) {
     todos.replaceChildren(...(items.length ? items.map((t) => el("li", {}, t.done ? "☑ " : "☐ ", t.title)) : [el("li", { class: "muted" }, "none")]));
   };
   refreshTodos().catch(() => {});
+  const refreshChildren = async () => {
+    const listed = await api(`/v1/runs?parent_run_id=${encodeURIComponent(runId)}`);
+    children.replaceChildren(...listed.records.map((c) => el("li", { "data-child": c.run_id },
+      el("a", { class: "mono", href: `#run/${c.run_id}` }, c.run_id), ` ${c.agent} `, status(c.status))));
+    // Shown only for a run that called other agents.
+    children.parentElement.hidden = !listed.records.length;
+  };
+  refreshChildren().catch((error) => { children.replaceChildren(failure(error)); children.parentElement.hidden = false; });
   const controller = new AbortController();
   state.stop = () => controller.abort();
   const onEvent = (event) => {
@@ -235,6 +263,14 @@ async function runPage(runId) {
         usage.textContent = `${event.usage.input_tokens} tokens in · ${event.usage.output_tokens} tokens out` +
           (event.usage.cost ? ` · cost ${event.usage.cost.toFixed(4)}` : "");
         refreshTodos().catch(() => {});
+  const refreshChildren = async () => {
+    const listed = await api(`/v1/runs?parent_run_id=${encodeURIComponent(runId)}`);
+    children.replaceChildren(...listed.records.map((c) => el("li", { "data-child": c.run_id },
+      el("a", { class: "mono", href: `#run/${c.run_id}` }, c.run_id), ` ${c.agent} `, status(c.status))));
+    // Shown only for a run that called other agents.
+    children.parentElement.hidden = !listed.records.length;
+  };
+  refreshChildren().catch((error) => { children.replaceChildren(failure(error)); children.parentElement.hidden = false; });
         break;
       case "run.failed":
         pause.hidden = true;
@@ -287,6 +323,25 @@ function pendingEditor(runId, calls) {
       el("label", {}, drop, " drop this call"))) : el("p", { class: "muted" }, "No pending calls: the model is asked next."),
     note, problem,
     el("div", { class: "buttons" }, el("button", { class: "primary", id: "resume", onclick: resume }, "Resume")));
+}
+
+// Time travel: a new session from one of the run's checkpoints (empty: all of its messages).
+function forkForm(runId) {
+  const form = el("form", { id: "fork", class: "inline", onsubmit: async (event) => {
+    event.preventDefault();
+    const data = new FormData(form);
+    const body = { session_id: data.get("session_id") };
+    if (data.get("checkpoint") !== "") body.checkpoint = Number(data.get("checkpoint"));
+    form.querySelector(".error")?.remove();
+    try {
+      const forked = await api(`/v1/runs/${encodeURIComponent(runId)}/fork`, { method: "POST", body: JSON.stringify(body) });
+      location.hash = `#session/${forked.session_id}`;
+    } catch (error) { form.append(failure(error)); }
+  } },
+  el("input", { name: "session_id", placeholder: "new session id", required: "", size: 14 }),
+  el("input", { name: "checkpoint", type: "number", min: "0", placeholder: "checkpoint (all)", style: "width:11em" }),
+  el("button", { type: "submit" }, "Fork"));
+  return form;
 }
 
 async function sessionsPage() {
