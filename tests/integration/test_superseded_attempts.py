@@ -19,10 +19,12 @@ from runbus.client import RunbusClient
 from runbus.messages import ChatMessage, ModelRequest, RunCompleted, RunToolCall
 from runbus.messages.history import BATCH_DECODER
 from runbus.messages.runs import RUN_EVENT_DECODER
+from runbus.messages.tools import ApprovalRequest
 from runbus.owners import Owner
 from runbus.tokens import TokenVerifier
 from runbus_examples import AGENTS_DIR
 from runbus_gateway.agents import load_agents
+from runbus_gateway.approvals import ApprovalRecord, Approvals, approval_key
 from runbus_gateway.pauses import Pauses
 from runbus_gateway.run.pause import NotPaused, PausePoint, Superseded
 from runbus_gateway.service import GatewayService
@@ -168,3 +170,28 @@ async def test_a_later_delivery_fences_the_earlier_ones_through_pauses_and_never
 
 async def _never_paused(paused: bool) -> None:
     raise AssertionError("no run pauses here")
+
+
+async def test_a_runs_approvals_are_listed_and_withdrawn_beside_its_fence_record(
+    nc: NATS,
+) -> None:
+    # Every delivery after the first writes the run's pause record, in the approvals bucket:
+    # reading the run's approvals must not trip over it.
+    approvals = await Approvals.open(nc)
+    owner = Owner("acme", "alice")
+    await Pauses(approvals.bucket.kv).fence(owner, "r1", 2)
+    request = ApprovalRequest(
+        tool="create_booking", arguments={}, reason="over the limit", expires_at=4e9, digest="d"
+    )
+    pending = ApprovalRecord(
+        run_id="r1", call_id="c-book", tenant="acme", user_id="alice", request=request
+    )
+    await approvals.bucket.create(approval_key(owner, "r1", "c-book"), pending)
+
+    listed = await approvals.pending("acme", "alice", "r1")
+    withdrawn = await approvals.withdraw("acme", "alice", "r1")
+    after = await approvals.pending("acme", "alice", "r1")
+
+    assert listed == ["c-book"]
+    assert withdrawn == 1
+    assert after == []

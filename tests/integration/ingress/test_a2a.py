@@ -29,6 +29,7 @@ from a2a.types import (
 )
 from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError
 from google.protobuf import json_format
+from google.protobuf.struct_pb2 import Value
 
 from runbus import ops, session_ids
 from runbus.client import RunbusClient
@@ -419,3 +420,38 @@ async def test_an_a2a_0_3_client_streams_with_message_stream(
         if isinstance(f.result, v03.TaskArtifactUpdateEvent) and f.result.last_chunk
     ]
     assert answers[-1].parts[0].root.text == final.text  # type: ignore[union-attr]
+
+
+async def test_a_message_to_a_task_waiting_for_approval_is_its_owners_decision(
+    booking_base: str,
+) -> None:
+    async with (
+        httpx.AsyncClient(headers=ALICE, timeout=30) as http,
+        httpx.AsyncClient(headers=BOB, timeout=30) as bob_http,
+    ):
+        card = await card_of(booking_base, ALICE)
+        client = ClientFactory(ClientConfig(httpx_client=http, streaming=False)).create(card)
+        bob = ClientFactory(ClientConfig(httpx_client=bob_http, streaming=False)).create(card)
+        task = await whole(client, message("Book QF412 in business, please"))
+        follow_up = message("Yes, business is fine.")
+        follow_up.message.task_id = task.id
+        follow_up.message.context_id = task.context_id
+        with pytest.raises(TaskNotFoundError):
+            await whole(bob, follow_up)  # another user's answer reaches no task
+        done = await whole(client, follow_up)
+        again = await whole(client, message("Book QF412 in business, please"))
+        denial = message("", part=Part(data=json_format.ParseDict({"decision": "denied"}, Value())))
+        denial.message.task_id = again.id
+        denied = await whole(client, denial)
+        refused = await http.get(f"{booking_base}/v1/runs/{again.id}/events")
+
+    assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    assert done.id == task.id
+    assert (done.status.state, answer_of(done)) == (TaskState.TASK_STATE_COMPLETED, "Booked.")
+    assert denied.status.state == TaskState.TASK_STATE_COMPLETED
+    [result] = [
+        line
+        for line in refused.text.splitlines()
+        if line.startswith("data: ") and '"run.tool_result"' in line
+    ]
+    assert "alice denied approval" in result

@@ -143,7 +143,10 @@ class ClientApi:
             record = await self._queued(principal, request.run_id)
         if record is None:
             raise NotFound(f"no run {request.run_id!r}")
-        return RunInfo(record=record)
+        if record.status != "waiting_approval":
+            return RunInfo(record=record)
+        pending = await self.approvals.pending(record.tenant, record.user_id, record.run_id)
+        return RunInfo(record=record, pending_approvals=pending)
 
     async def _queued(self, principal: Principal, run_id: str) -> RunRecord | None:
         """The record of the caller's request `run_id` while it is still in the run queue; None

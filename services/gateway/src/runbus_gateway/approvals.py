@@ -159,11 +159,26 @@ class Approvals:
                 continue
             return decision
 
+    async def pending(self, tenant: str, user_id: str, run_id: str) -> list[str]:
+        """The call ids of the run's approvals that wait for a decision, oldest first."""
+        found = []
+        for key in await self._keys(tenant, user_id, run_id):
+            entry = await self.bucket.get(key)
+            if entry is not None and entry[0].status == "pending":
+                found.append((entry[1], entry[0].call_id))
+        return [call_id for _, call_id in sorted(found)]
+
+    async def _keys(self, tenant: str, user_id: str, run_id: str) -> list[str]:
+        """The keys of the run's approvals: the bucket also holds the run's pause record
+        (`<run>.pause`, `pauses.py`), which is not one."""
+        keys = await self.bucket.keys(Owner(tenant, user_id).key(run_id, "*"))
+        return [key for key in keys if not key.endswith(".pause")]
+
     async def withdraw(self, tenant: str, user_id: str, run_id: str) -> int:
         """Close the pending approvals of a run that ended for good (failed or cancelled), so
         none stays decidable for a run that will never act on it; returns how many."""
         withdrawn = 0
-        for key in await self.bucket.keys(Owner(tenant, user_id).key(run_id, "*")):
+        for key in await self._keys(tenant, user_id, run_id):
             found = await self.bucket.get(key)
             if found is None or found[0].status != "pending":
                 continue

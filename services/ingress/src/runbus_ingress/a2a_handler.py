@@ -44,8 +44,17 @@ from google.protobuf import json_format
 
 from runbus import ops, session_ids
 from runbus.client import RunbusClient, SequencedEvent, new_run_id
-from runbus.messages import RunPaused, RunResumed, is_identifier
-from runbus.messages.runs import RunCancel, RunEdit, RunGet, RunList, RunRecord, RunResume
+from runbus.messages import RunApprovalRequested, RunPaused, RunResumed, is_identifier
+from runbus.messages.runs import (
+    ApprovalDecide,
+    RunCancel,
+    RunEdit,
+    RunGet,
+    RunInfo,
+    RunList,
+    RunRecord,
+    RunResume,
+)
 
 from .a2a_tasks import (
     INTERRUPTED,
@@ -121,13 +130,19 @@ class RunbusRequestHandler(RequestHandler):
     async def _answer(
         self, message: Message, call: RunbusCall
     ) -> tuple[Task, AsyncGenerator[SequencedEvent, None]]:
-        """A message to a task its owner paused (`input-required`): its text is a note the
-        model reads next, and the run goes on from its pause."""
-        record = await self._record(message.task_id, call)
+        """A message to a task that is `input-required`: to a run its owner paused, its text
+        is a note the model reads next and the run goes on from its pause; to a run waiting
+        for approval, it is the owner's decision (approved, the text its note; a data part
+        `{"decision": "denied"}` denies) on each call that waits."""
+        info = await self._info(message.task_id, call)
+        record = info.record
+        if record.status == "waiting_approval" and info.pending_approvals:
+            return await self._decide(message, call, record, info.pending_approvals)
         if record.status != "paused":
             raise UnsupportedOperationError(
-                "a message continues a task only while its run is paused; otherwise each"
-                " message starts a new runbus task: continue the conversation with its contextId"
+                "a message continues a task only while it is input-required (its run paused or"
+                " waiting for approval); otherwise each message starts a new runbus task:"
+                " continue the conversation with its contextId"
             )
         note = "\n".join(m.text for m in run_input(message))
         edited = await call.client.call(
@@ -140,12 +155,37 @@ class RunbusRequestHandler(RequestHandler):
         events = call.client.follow(record.run_id, timeout=call.idle_timeout)
         return task, _after_the_pause(events, (edited.step, held))
 
-    async def _record(self, run_id: str, call: RunbusCall) -> RunRecord:
+    async def _decide(
+        self, message: Message, call: RunbusCall, record: RunRecord, pending: list[str]
+    ) -> tuple[Task, AsyncGenerator[SequencedEvent, None]]:
+        # The decision may come as data (`{"decision": "denied"}`), which a run's input may not.
+        note = "\n".join(p.text for p in message.parts if p.HasField("text"))
+        denied = any(
+            json_format.MessageToDict(p.data).get("decision") == "denied"
+            for p in message.parts
+            if p.HasField("data")
+        )
+        for call_id in pending:
+            decide = ApprovalDecide(
+                run_id=record.run_id,
+                call_id=call_id,
+                decision="denied" if denied else "approved",
+                note=note[:1024],
+            )
+            await call.client.call(ops.API_APPROVALS_DECIDE, decide)
+        task = new_task(record.run_id, session_ids.unscoped(record.session_id), message)
+        events = call.client.follow(record.run_id, timeout=call.idle_timeout)
+        return task, _after_the_decisions(events, set(pending))
+
+    async def _info(self, run_id: str, call: RunbusCall) -> RunInfo:
         _identifier(run_id, "task id")
         info = await call.client.call(ops.API_RUNS_GET, RunGet(run_id=run_id))
         if info.record.agent != call.agent:
             raise TaskNotFoundError(f"no task {run_id!r} of agent {call.agent!r}")
-        return info.record
+        return info
+
+    async def _record(self, run_id: str, call: RunbusCall) -> RunRecord:
+        return (await self._info(run_id, call)).record
 
     async def on_message_send(
         self, params: SendMessageRequest, context: ServerCallContext
@@ -273,6 +313,20 @@ async def _after_the_pause(
                 going = True
             if going:
                 yield item
+
+
+async def _after_the_decisions(
+    events: AsyncGenerator[SequencedEvent, None], decided: set[str]
+) -> AsyncGenerator[SequencedEvent, None]:
+    """The run's events after the approval requests `decided` (call ids): the replay of
+    everything up to them is skipped."""
+    asked: set[str] = set()
+    async with aclosing(events):
+        async for item in events:
+            if asked >= decided:
+                yield item
+            elif isinstance(item.event, RunApprovalRequested) and item.event.call_id in decided:
+                asked.add(item.event.call_id)
 
 
 async def _updates(

@@ -220,6 +220,9 @@ class RunGet(Message, frozen=True, tag="runs.get"):
 class RunInfo(Message, frozen=True, tag="runs.info"):
     record: RunRecord
     """The run."""
+    pending_approvals: list[str] = []
+    """While it is `waiting_approval`: the call ids of `run.approval_requested` that wait for
+    a decision (`approvals.decide`), oldest first."""
 
 
 class RunList(Message, frozen=True, tag="runs.list"):
