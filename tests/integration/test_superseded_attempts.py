@@ -4,11 +4,9 @@ at its next boundary, acts on nothing, stores nothing more and ends nothing; the
 once, by the delivery that took it over."""
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import msgspec
-import nats
 import pytest
 import structlog
 from nats.aio.client import Client as NATS
@@ -54,13 +52,6 @@ def weather_with_fresh_ids(model: GatedModel) -> "object":
     return reply
 
 
-@pytest.fixture
-async def alice(nats_server: SecuredNats) -> AsyncIterator[RunbusClient]:
-    nc = await nats.connect(nats_server.url)
-    yield RunbusClient(nc, token="dev-alice")
-    await nc.drain()
-
-
 async def _stored(nc: NATS, stream: str, subject: str) -> list[bytes]:
     js = nc.jetstream()
     reader = await js.pull_subscribe(
@@ -80,8 +71,9 @@ async def _stored(nc: NATS, stream: str, subject: str) -> list[bytes]:
 
 
 async def test_a_delivery_the_server_gave_up_on_stops_when_it_comes_back_and_the_run_ends_once(
-    nats_server: SecuredNats, tmp_path: Path, alice: RunbusClient
+    nats_server: SecuredNats, tmp_path: Path, users: dict[str, RunbusClient]
 ) -> None:
+    alice = users["alice"]
     model = FirstCallHeld(lambda request, step: text("unset"))
     model.replies = weather_with_fresh_ids(model)  # type: ignore[assignment]
     with structlog.testing.capture_logs() as logs:

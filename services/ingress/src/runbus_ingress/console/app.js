@@ -263,14 +263,7 @@ async function runPage(runId) {
         usage.textContent = `${event.usage.input_tokens} tokens in · ${event.usage.output_tokens} tokens out` +
           (event.usage.cost ? ` · cost ${event.usage.cost.toFixed(4)}` : "");
         refreshTodos().catch(() => {});
-  const refreshChildren = async () => {
-    const listed = await api(`/v1/runs?parent_run_id=${encodeURIComponent(runId)}`);
-    children.replaceChildren(...listed.records.map((c) => el("li", { "data-child": c.run_id },
-      el("a", { class: "mono", href: `#run/${c.run_id}` }, c.run_id), ` ${c.agent} `, status(c.status))));
-    // Shown only for a run that called other agents.
-    children.parentElement.hidden = !listed.records.length;
-  };
-  refreshChildren().catch((error) => { children.replaceChildren(failure(error)); children.parentElement.hidden = false; });
+        refreshChildren().catch(() => {});  // the children it waited on have ended too
         break;
       case "run.failed":
         pause.hidden = true;
