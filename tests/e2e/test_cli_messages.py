@@ -251,11 +251,24 @@ async def test_a_recorded_stack_that_is_gone_is_named_as_not_running(tmp_path: P
     assert f"({url}) does not answer: it is not running any more" in err
 
 
+def _as_from_a_terminal(*argv: str) -> tuple[str, ...]:
+    """`argv` run with Ctrl-C at its default, as from a terminal: a suite started in the
+    background (`make test &`) has SIGINT ignored, every process it starts inherits that, and a
+    command started so rightly ignores Ctrl-C."""
+    reset = (
+        "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+        "os.execv(sys.argv[1], sys.argv[1:])"
+    )
+    return (sys.executable, "-c", reset, *argv)
+
+
 async def _run_waiting_for_approval(up: Up, session: str) -> asyncio.subprocess.Process:
     """`runbus run` of a business fare, once it says the run waits for a person's approval
     (the command keeps waiting too)."""
     process = await asyncio.create_subprocess_exec(
-        RUNBUS, "run", "Book QF412 in business", "--agent", "approver", "--session", session,
+        *_as_from_a_terminal(
+            RUNBUS, "run", "Book QF412 in business", "--agent", "approver", "--session", session
+        ),
         env=up.env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     assert process.stdout is not None
