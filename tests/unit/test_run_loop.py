@@ -37,12 +37,14 @@ from runbus.messages.history import HistoryCompaction
 from runbus.messages.memory import SearchScope
 from runbus.messages.sessions import ConcurrencyPolicy, SessionOpened, SessionRecord
 from runbus.messages.tools import ApprovalGrant, ApprovalRequest, ToolInvoked
+from runbus.owners import Owner
 from runbus.todos import TodoItem, TodoState
 from runbus_gateway.agents import AgentSpec, CompactionPolicy, MemoryPolicy
 from runbus_gateway.errors import MaxIterationsExceeded, TooManyToolCalls
 from runbus_gateway.harness import HarnessConfig, LoopConfig, TodosConfig
 from runbus_gateway.run import RunPorts, execute_run
 from runbus_gateway.run.checkpoints import APPEND_BYTES
+from runbus_gateway.run.pause import PausePoint, PauseRecord
 from tests.helpers import take_time
 
 RUN_ID = "r-1"
@@ -984,4 +986,53 @@ async def test_a_reply_with_more_tool_calls_than_the_agent_allows_fails_before_a
     assert "max_tool_calls" in failed.value.message
     assert ports.invoked == []
     assert [m.role for m in ports.appended] == ["user"]
+    assert len(ports.releases) == 1
+
+
+class LaterDelivery:
+    """The run's pause record: nothing at its first step boundary, then a later delivery of
+    the run (number 2) has started — it took the run over while this one waited on a hop."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    async def get(self, owner: Owner, run_id: str) -> PauseRecord | None:
+        self.reads += 1
+        if self.reads == 1:
+            return None
+        return PauseRecord(
+            run_id=run_id, tenant="acme", user_id="alice", status="resumed", generation=0, attempt=2
+        )
+
+    async def reach(self, *args: object) -> PauseRecord | None:
+        raise AssertionError("a superseded delivery reaches no pause")
+
+    async def wait(self, owner: Owner, run_id: str) -> PauseRecord:
+        raise AssertionError("a superseded delivery waits for no pause")
+
+
+async def _never_paused(paused: bool) -> None:
+    raise AssertionError("no pause here")
+
+
+async def test_a_failing_delivery_a_later_one_took_over_leaves_the_session_to_it() -> None:
+    # Cut off mid-run, its model call fails: the later delivery holds the session (same run
+    # id), so this one neither stores its messages again nor releases that one's claim.
+    ports = FailingPorts("complete", [Unavailable("complete is down")])
+    pause = PausePoint(LaterDelivery(), Owner("acme", "alice"), _never_paused, attempt=1)
+
+    with pytest.raises(Unavailable):
+        await execute_run(request("Weather in Sydney?"), AGENT, CTX, ports, pause=pause)
+
+    assert ports.releases == []
+    assert "append_history" not in ports.hops
+
+
+async def test_a_failing_delivery_still_current_releases_the_session() -> None:
+    ports = FailingPorts("complete", [Unavailable("complete is down")])
+    pause = PausePoint(LaterDelivery(), Owner("acme", "alice"), _never_paused, attempt=2)
+
+    with pytest.raises(Unavailable):
+        await execute_run(request("Weather in Sydney?"), AGENT, CTX, ports, pause=pause)
+
     assert len(ports.releases) == 1

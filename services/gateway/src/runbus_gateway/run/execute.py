@@ -55,6 +55,6 @@ async def execute_run(
     except Superseded:
         raise  # the run goes on in a later delivery, which holds the session now
     except BaseException:
-        await release(checkpoints, state)
+        await release(checkpoints, state, pause, ctx.run_id)
         raise
     return await settle(run, state, usage)

@@ -10,6 +10,7 @@ from runbus.messages import RunCompleted, Usage
 
 from .checkpoints import Checkpointer
 from .output import checked
+from .pause import PausePoint, Superseded
 from .start import Run
 from .state import RunState
 
@@ -38,9 +39,24 @@ async def settle(run: Run, state: RunState, usage: Usage) -> RunCompleted:
     )
 
 
-async def release(checkpoints: Checkpointer, state: RunState | None) -> None:
+async def release(
+    checkpoints: Checkpointer,
+    state: RunState | None,
+    pause: PausePoint | None = None,
+    run_id: str = "",
+) -> None:
     """Whatever stopped the run — even memory or the tool catalogue failing after the session
     was claimed — what it produced so far is saved and the session released before the
-    failure is reported: the next run on the session finds it free and a valid prefix."""
+    failure is reported: the next run on the session finds it free and a valid prefix. Not by
+    a delivery a later one took over (a partition cut it off): the session's claim and history
+    are that one's now, and the same run id would release its claim and store its messages
+    twice."""
+    if pause is not None:
+        try:
+            await pause.current(run_id)
+        except Superseded:
+            return
+        except Exception:
+            pass  # unknown (the fence unreadable): released as before
     with contextlib.suppress(Exception):
         await checkpoints.close(history_length=len(state.prompt) if state else None)
